@@ -1,0 +1,57 @@
+/*
+ * ktl_test.h - the tests' assert macros and real-socket helpers. Every test talks to
+ * the kernel through actual sockets: the engine is a thin layer over syscalls, so a
+ * mock would only test the mock.
+ */
+#ifndef KTL_TEST_H
+#define KTL_TEST_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "ktl.h"
+
+#define CHECK(cond)                                                                \
+    do {                                                                           \
+        if (!(cond)) {                                                             \
+            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
+            exit(1);                                                               \
+        }                                                                          \
+    } while (0)
+
+/* Prints both values: "result was -11, expected 5" says far more than "false". */
+#define CHECK_EQ(actual, expected)                                                 \
+    do {                                                                           \
+        long long a_ = (long long)(actual), e_ = (long long)(expected);            \
+        if (a_ != e_) {                                                            \
+            fprintf(stderr, "%s:%d: CHECK_EQ failed: %s == %lld, expected %s == %lld\n", \
+                    __FILE__, __LINE__, #actual, a_, #expected, e_);               \
+            exit(1);                                                               \
+        }                                                                          \
+    } while (0)
+
+/* How a suite drives the engine. */
+typedef struct io_mode {
+    const char *name;
+    int use_aio;
+    int32_t aio_capacity; /* 0 = engine without AIO */
+} io_mode;
+
+/* Creates the engine a mode asks for, insisting on AIO unless KTL_TEST_ALLOW_NO_AIO=1. */
+ktl_engine *test_engine(const io_mode *mode, int32_t aio_capacity);
+
+void unix_pair(int fds[2]);                 /* AF_UNIX stream, both ends non-blocking */
+void tcp_pair(int fds[2]);                  /* loopback TCP, both ends non-blocking */
+void set_nonblocking(int fd, int on);
+int wait_readable(int fd, int timeout_ms);  /* 1 when readable (or error/hup) in time */
+void write_all(int fd, const void *buf, size_t len);
+void read_exact(int fd, void *buf, size_t len);
+void fill_pattern(uint8_t *buf, size_t len, unsigned seed, size_t start);
+int check_pattern(const uint8_t *buf, size_t len, unsigned seed, size_t start);
+
+void run_abi_tests(void);
+void run_io_tests(const io_mode *mode);
+
+#endif /* KTL_TEST_H */

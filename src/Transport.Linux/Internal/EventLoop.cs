@@ -1,0 +1,581 @@
+using System.Buffers;
+using System.Collections.Concurrent;
+using System.Diagnostics;
+using System.IO.Pipelines;
+using System.Runtime.InteropServices;
+using Kestrel.Transport.Linux.Interop;
+using Microsoft.Extensions.Logging;
+
+namespace Kestrel.Transport.Linux.Internal;
+
+/// <summary>
+/// One thread, one epoll instance. Each pass: wait for events, accept, receive every readable
+/// socket in one batch, run the continuations queued to this loop, then send everything that was
+/// flushed during the pass in one batch. Connections never leave the loop that accepted them.
+/// </summary>
+internal sealed unsafe class EventLoop : PipeScheduler
+{
+    private const int MaxEventsPerWait = 256;
+    private const int MaxAcceptsPerEvent = 64;
+    private const int Awake = 0;
+    private const int Sleeping = 1;
+    private const int Notified = 2;
+
+    [ThreadStatic]
+    private static EventLoop? t_current;
+
+    private readonly LinuxTransportOptions _options;
+    private readonly ILogger _logger;
+    private readonly Thread _thread;
+    private readonly ConcurrentQueue<ScheduledWork> _workQueue = new();
+    private readonly IoBatch _batch = new();
+    private readonly TaskCompletionSource _stopped = new(TaskCreationOptions.RunContinuationsAsynchronously);
+    private readonly HashSet<LinuxConnection> _connections = [];
+    private readonly List<ListenRegistration> _listeners = [];
+    private readonly bool _useAioReceive;
+    private readonly bool _useAioSend;
+    private readonly int _epollFd;
+    private readonly int _eventFd;
+
+    private object?[] _registrations = new object?[1024];
+    private List<LinuxConnection> _receiveQueue = [];
+    private List<LinuxConnection> _receiveRunning = [];
+    private List<LinuxConnection> _sendQueue = [];
+    private List<LinuxConnection> _sendRunning = [];
+    private int _state;
+    private bool _stopRequested;
+    private bool _abortOnStop;
+    private bool _exited;
+    private bool _batchRunning;
+
+    public EventLoop(int index, LinuxTransportOptions options, MemoryPool<byte> pool, ILogger logger)
+    {
+        Index = index;
+        _options = options;
+        _logger = logger;
+        Pool = pool;
+
+        _epollFd = Errno.ThrowIfError(Epoll.Create(), "epoll_create1");
+        _eventFd = EventFd.Create();
+        if (_eventFd < 0)
+        {
+            LibC.CloseFd(_epollFd);
+            throw Errno.ToException(-_eventFd, "eventfd");
+        }
+
+        SetRegistration(_eventFd, this);
+        Epoll.Control(_epollFd, Epoll.EPOLL_CTL_ADD, _eventFd, Epoll.EPOLLIN);
+
+        bool wantsAio = options.AioReceive || options.AioSend;
+        Engine = BatchEngine.Create(options.UseNativeEngine, wantsAio ? MaxEventsPerWait * 2 : 0, out int aioError);
+        if (wantsAio && !Engine.HasAio)
+        {
+            string why = aioError != 0
+                ? $"io_setup failed: {Errno.Describe(aioError)}; check fs.aio-max-nr"
+                : $"the {Engine.Name} engine has no AIO path ({NativeEngine.LoadError ?? "native engine disabled by options"})";
+            TransportLog.AioUnavailable(logger, index, why);
+        }
+
+        _useAioReceive = options.AioReceive && Engine.HasAio;
+        _useAioSend = options.AioSend && Engine.HasAio;
+
+        ApplicationScheduler = options.ApplicationSchedulingMode == ApplicationSchedulingMode.Inline
+            ? Inline
+            : new ThreadPoolDispatchQueue();
+
+        // Computed once per loop, not per connection. The transport's own side of each pipe
+        // (writing input, reading output) continues on this loop.
+        long maxRead = options.MaxReadBufferSize ?? 0;
+        long maxWrite = options.MaxWriteBufferSize ?? 0;
+        InputPipeOptions = new PipeOptions(pool, ApplicationScheduler, this, maxRead, maxRead / 2, useSynchronizationContext: false);
+        OutputPipeOptions = new PipeOptions(pool, this, ApplicationScheduler, maxWrite, maxWrite / 2, useSynchronizationContext: false);
+
+        _thread = new Thread(Run) { IsBackground = true, Name = $"Kestrel Linux loop {index}" };
+    }
+
+    public int Index { get; }
+
+    public MemoryPool<byte> Pool { get; }
+
+    public BatchEngine Engine { get; }
+
+    public PipeScheduler ApplicationScheduler { get; }
+
+    public PipeOptions InputPipeOptions { get; }
+
+    public PipeOptions OutputPipeOptions { get; }
+
+    public LinuxTransportOptions Options => _options;
+
+    public ILogger Logger => _logger;
+
+    public bool IsOnLoopThread => t_current == this;
+
+    /// <summary>Completes when the thread has exited and every fd it owned is closed.</summary>
+    public Task Stopped => _stopped.Task;
+
+    public void Start() => _thread.Start();
+
+    /// <summary>
+    /// Asks the loop to end: at once when <paramref name="abortConnections"/> (connections are reset),
+    /// otherwise once its last listener is gone and its last connection has closed.
+    /// </summary>
+    public void Stop(bool abortConnections) => Post(static s =>
+    {
+        var (loop, abort) = ((EventLoop, bool))s!;
+        loop._stopRequested = true;
+        if (abort)
+        {
+            loop._abortOnStop = true;
+            var reason = new Microsoft.AspNetCore.Connections.ConnectionAbortedException("The Linux transport is shutting down.");
+            foreach (var connection in loop._connections.ToArray())
+            {
+                connection.AbortOnLoop(reason);
+            }
+        }
+    }, (this, abortConnections));
+
+    /// <summary>Runs <paramref name="action"/> on this loop's thread during its next pass.</summary>
+    public override void Schedule(Action<object?> action, object? state)
+    {
+        _workQueue.Enqueue(new ScheduledWork(action, state));
+        if (Volatile.Read(ref _exited))
+        {
+            // The loop is gone: let the thread pool run what is left so pipes still complete.
+            DrainToThreadPool();
+            return;
+        }
+
+        // Write the eventfd only when the loop may be blocked in epoll_wait, at most once per sleep.
+        if (t_current != this && Interlocked.CompareExchange(ref _state, Notified, Sleeping) == Sleeping)
+        {
+            EventFd.Signal(_eventFd);
+        }
+    }
+
+    public void Post(Action<object?> action, object? state) => Schedule(action, state);
+
+    public void AddListener(ListenRegistration registration) => Post(static s =>
+    {
+        var r = (ListenRegistration)s!;
+        r.Loop.AddListenerOnLoop(r);
+    }, registration);
+
+    public void RemoveListener(ListenRegistration registration) => Post(static s =>
+    {
+        var r = (ListenRegistration)s!;
+        r.Loop.RemoveListenerOnLoop(r);
+    }, registration);
+
+    /// <summary>Queues a receive for the next batch (loop thread only).</summary>
+    public void QueueReceive(LinuxConnection connection) => _receiveQueue.Add(connection);
+
+    /// <summary>Queues a send for the end of this pass (loop thread only).</summary>
+    public void QueueSend(LinuxConnection connection) => _sendQueue.Add(connection);
+
+    /// <summary>Sends one connection's data now, outside the pass-end batch (DeferSend = false).</summary>
+    public void SendNow(LinuxConnection connection)
+    {
+        if (_batch.Count > 0 || _batchRunning)
+        {
+            // Called from inside a batch's completions: the batch is busy, so send at the pass end.
+            QueueSend(connection);
+            return;
+        }
+
+        connection.PrepareSend(_batch);
+        RunBatch(NativeEngine.Send, _useAioSend);
+    }
+
+    public void Register(LinuxConnection connection)
+    {
+        SetRegistration(connection.Fd, connection);
+        _connections.Add(connection);
+        int rc = Epoll.Control(_epollFd, Epoll.EPOLL_CTL_ADD, connection.Fd, Epoll.EPOLLIN | Epoll.EPOLLOUT | Epoll.EPOLLRDHUP | Epoll.EPOLLET);
+        if (rc < 0)
+        {
+            connection.Fail(Errno.ToException(-rc, "epoll_ctl(ADD)"));
+        }
+    }
+
+    /// <summary>Forgets a connection whose fd is about to be closed (loop thread only).</summary>
+    public void Unregister(LinuxConnection connection)
+    {
+        if (connection.Fd < _registrations.Length && _registrations[connection.Fd] == connection)
+        {
+            _registrations[connection.Fd] = null;
+        }
+
+        _connections.Remove(connection);
+    }
+
+    private void SetRegistration(int fd, object value)
+    {
+        if (fd >= _registrations.Length)
+        {
+            Array.Resize(ref _registrations, Math.Max(fd + 1, _registrations.Length * 2));
+        }
+
+        _registrations[fd] = value;
+    }
+
+    private void AddListenerOnLoop(ListenRegistration registration)
+    {
+        if (_stopRequested && _abortOnStop)
+        {
+            registration.Added.TrySetResult();
+            return;
+        }
+
+        SetRegistration(registration.Fd, registration);
+        _listeners.Add(registration);
+        uint events = Epoll.EPOLLIN | (registration.Shared ? Epoll.EPOLLEXCLUSIVE : 0);
+        int rc = Epoll.Control(_epollFd, Epoll.EPOLL_CTL_ADD, registration.Fd, events);
+        if (rc < 0)
+        {
+            TransportLog.ListenerRegistrationFailed(_logger, Index, registration.Listener.EndPoint, Errno.Describe(-rc));
+        }
+
+        registration.Added.TrySetResult();
+    }
+
+    private void RemoveListenerOnLoop(ListenRegistration registration)
+    {
+        if (_listeners.Remove(registration))
+        {
+            Epoll.Control(_epollFd, Epoll.EPOLL_CTL_DEL, registration.Fd, 0);
+            if (registration.Fd < _registrations.Length && _registrations[registration.Fd] == registration)
+            {
+                _registrations[registration.Fd] = null;
+            }
+        }
+
+        // The fd is closed by its owner once every loop has let go of it.
+        registration.Removed.TrySetResult();
+    }
+
+    private void Run()
+    {
+        t_current = this;
+        byte* events = (byte*)NativeMemory.Alloc((nuint)(MaxEventsPerWait * Epoll.EventSize));
+        try
+        {
+            TransportLog.LoopStarted(_logger, Index, Engine.Name, _useAioReceive, _useAioSend);
+            while (true)
+            {
+                int timeout = ComputeTimeout();
+                if (timeout != 0)
+                {
+                    // Pairs with the CompareExchange in Schedule: whoever enqueues after this sees Sleeping and wakes us.
+                    Interlocked.Exchange(ref _state, Sleeping);
+                    if (!_workQueue.IsEmpty)
+                    {
+                        timeout = 0;
+                    }
+                }
+
+                int count = Epoll.Wait(_epollFd, events, MaxEventsPerWait, timeout);
+                Volatile.Write(ref _state, Awake);
+
+                for (int i = 0; i < count; i++)
+                {
+                    Dispatch(Epoll.FdAt(events, i), Epoll.EventsAt(events, i));
+                }
+
+                RunReceives();
+                RunScheduledWork();
+                RunSends();
+                RetryBackedOffListeners();
+
+                if (_stopRequested && ReadyToExit())
+                {
+                    break;
+                }
+            }
+        }
+        catch (Exception e)
+        {
+            // Only a bug in the loop itself gets here; connections' faults are caught per connection.
+            TransportLog.LoopFailed(_logger, Index, e);
+        }
+        finally
+        {
+            NativeMemory.Free(events);
+            Shutdown();
+            t_current = null;
+        }
+    }
+
+    private int ComputeTimeout()
+    {
+        if (_receiveQueue.Count > 0 || _sendQueue.Count > 0 || !_workQueue.IsEmpty || (_stopRequested && ReadyToExit()))
+        {
+            return 0;
+        }
+
+        if (_backedOff.Count > 0)
+        {
+            long wait = _backedOff.Min(static r => r.RetryAt) - Environment.TickCount64;
+            return (int)Math.Clamp(wait, 0, 1000);
+        }
+
+        return -1;
+    }
+
+    private bool ReadyToExit() => _connections.Count == 0 && (_listeners.Count == 0 || _abortOnStop);
+
+    private void DrainToThreadPool()
+    {
+        while (_workQueue.TryDequeue(out var work))
+        {
+            System.Threading.ThreadPool.UnsafeQueueUserWorkItem(static w => w.Run(), work, preferLocal: false);
+        }
+    }
+
+    private void Dispatch(int fd, uint events)
+    {
+        object? target = fd < _registrations.Length ? _registrations[fd] : null;
+        switch (target)
+        {
+            case LinuxConnection connection:
+                connection.OnEvents(events);
+                break;
+            case ListenRegistration listener:
+                Accept(listener);
+                break;
+            case EventLoop:
+                EventFd.Drain(_eventFd);
+                break;
+        }
+    }
+
+    private void RunReceives()
+    {
+        if (_receiveQueue.Count == 0)
+        {
+            return;
+        }
+
+        // Receives that complete synchronously may queue the same connection again for the next pass.
+        (_receiveQueue, _receiveRunning) = (_receiveRunning, _receiveQueue);
+        foreach (var connection in _receiveRunning)
+        {
+            connection.PrepareReceive(_batch);
+        }
+
+        _receiveRunning.Clear();
+        RunBatch(NativeEngine.Receive, _useAioReceive);
+    }
+
+    private void RunSends()
+    {
+        if (_sendQueue.Count == 0)
+        {
+            return;
+        }
+
+        (_sendQueue, _sendRunning) = (_sendRunning, _sendQueue);
+        foreach (var connection in _sendRunning)
+        {
+            connection.PrepareSend(_batch);
+        }
+
+        _sendRunning.Clear();
+        RunBatch(NativeEngine.Send, _useAioSend);
+    }
+
+    private void RunBatch(int direction, bool useAio)
+    {
+        if (_batch.Count == 0)
+        {
+            return;
+        }
+
+        _batchRunning = true;
+        try
+        {
+            _batch.Execute(Engine, direction, useAio);
+            for (int i = 0; i < _batch.Count; i++)
+            {
+                var connection = _batch.ConnectionAt(i);
+                long result = _batch.ResultAt(i);
+                long requested = _batch.RequestedAt(i);
+                try
+                {
+                    if (direction == NativeEngine.Receive)
+                    {
+                        connection.CompleteReceive(result, requested);
+                    }
+                    else
+                    {
+                        connection.CompleteSend(result, requested);
+                    }
+                }
+                catch (Exception e)
+                {
+                    TransportLog.ConnectionFault(_logger, connection.ConnectionId, e);
+                    connection.Fail(e);
+                }
+            }
+        }
+        finally
+        {
+            _batch.Clear();
+            _batchRunning = false;
+        }
+    }
+
+    private void RunScheduledWork()
+    {
+        // Only what was queued before this point: work queued by this work runs next pass, so a
+        // connection that keeps rescheduling itself cannot starve epoll.
+        int count = _workQueue.Count;
+        while (count-- > 0 && _workQueue.TryDequeue(out var work))
+        {
+            try
+            {
+                work.Run();
+            }
+            catch (Exception e)
+            {
+                TransportLog.ScheduledWorkFailed(_logger, Index, e);
+            }
+        }
+    }
+
+    private readonly List<ListenRegistration> _backedOff = [];
+
+    private void Accept(ListenRegistration registration)
+    {
+        Span<byte> address = stackalloc byte[Interop.Socket.MaxAddressLength];
+        for (int i = 0; i < MaxAcceptsPerEvent; i++)
+        {
+            int fd = Interop.Socket.Accept(registration.Fd, address, out int addressLength);
+            if (fd >= 0)
+            {
+                AcceptOne(registration, fd, address[..addressLength]);
+                continue;
+            }
+
+            int errno = -fd;
+            switch (errno)
+            {
+                case Errno.EAGAIN:
+                    return;
+                case Errno.EINTR:
+                case Errno.ECONNABORTED:
+                    // The peer gave up before we took it (accept(2)); the next one may be fine.
+                    continue;
+                default:
+                    // EMFILE, ENFILE, ENOBUFS, ENOMEM, EPERM...: never fatal. Stop polling this
+                    // listener for a while: level-triggered, it would otherwise spin the loop.
+                    registration.BackOff();
+                    TransportLog.AcceptFailed(_logger, Index, registration.Listener.EndPoint, Errno.Describe(errno), registration.BackoffMs);
+                    Epoll.Control(_epollFd, Epoll.EPOLL_CTL_MOD, registration.Fd, 0);
+                    _backedOff.Add(registration);
+                    return;
+            }
+        }
+    }
+
+    private void RetryBackedOffListeners()
+    {
+        if (_backedOff.Count == 0)
+        {
+            return;
+        }
+
+        long now = Environment.TickCount64;
+        for (int i = _backedOff.Count - 1; i >= 0; i--)
+        {
+            var registration = _backedOff[i];
+            if (!_listeners.Contains(registration))
+            {
+                _backedOff.RemoveAt(i);
+            }
+            else if (registration.RetryAt <= now)
+            {
+                _backedOff.RemoveAt(i);
+                uint events = Epoll.EPOLLIN | (registration.Shared ? Epoll.EPOLLEXCLUSIVE : 0);
+                // EPOLLEXCLUSIVE cannot be used with MOD (epoll_ctl(2)): re-add instead.
+                Epoll.Control(_epollFd, Epoll.EPOLL_CTL_DEL, registration.Fd, 0);
+                Epoll.Control(_epollFd, Epoll.EPOLL_CTL_ADD, registration.Fd, events);
+            }
+        }
+    }
+
+    private void AcceptOne(ListenRegistration registration, int fd, ReadOnlySpan<byte> address)
+    {
+        LinuxConnection? connection = null;
+        try
+        {
+            var remote = Interop.Socket.ParseAddress(address);
+            if (remote is System.Net.IPEndPoint && _options.NoDelay)
+            {
+                Interop.Socket.SetOption(fd, Interop.Socket.IPPROTO_TCP, Interop.Socket.TCP_NODELAY, 1);
+            }
+
+            var local = Interop.Socket.GetLocalEndPoint(fd) ?? registration.Listener.EndPoint;
+            connection = new LinuxConnection(this, fd, local, remote);
+            registration.ResetBackoff();
+            Register(connection);
+            connection.Start();
+            if (!registration.Listener.Offer(connection))
+            {
+                connection.AbortOnLoop(new Microsoft.AspNetCore.Connections.ConnectionAbortedException("The listener was unbound."));
+            }
+        }
+        catch (Exception e)
+        {
+            TransportLog.ConnectionFault(_logger, connection?.ConnectionId ?? "(accepting)", e);
+            if (connection is null)
+            {
+                LibC.CloseFd(fd);
+            }
+            else
+            {
+                connection.Fail(e);
+            }
+        }
+    }
+
+    private void Shutdown()
+    {
+        foreach (var connection in _connections.ToArray())
+        {
+            connection.CloseOnLoop();
+        }
+
+        _connections.Clear();
+        foreach (var registration in _listeners)
+        {
+            registration.Added.TrySetResult();
+            registration.Removed.TrySetResult();
+        }
+
+        _listeners.Clear();
+        LibC.CloseFd(_eventFd);
+        LibC.CloseFd(_epollFd);
+        Engine.Dispose();
+
+        // Continuations that arrive from now on find no loop; they only touch closed connections,
+        // and the thread pool runs them so that pipes still complete.
+        Volatile.Write(ref _exited, true);
+        DrainToThreadPool();
+
+        Pool.Dispose();
+        TransportLog.LoopStopped(_logger, Index);
+        _stopped.TrySetResult();
+    }
+
+    /// <summary>Waits for the thread to end (from a thread other than the loop's).</summary>
+    public void Join()
+    {
+        if (_thread.IsAlive && Thread.CurrentThread != _thread)
+        {
+            _thread.Join();
+        }
+
+        Debug.Assert(!_thread.IsAlive || Thread.CurrentThread == _thread);
+    }
+}

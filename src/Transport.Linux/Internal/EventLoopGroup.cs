@@ -1,0 +1,93 @@
+using Microsoft.AspNetCore.Connections;
+using Microsoft.Extensions.Logging;
+
+namespace Kestrel.Transport.Linux.Internal;
+
+/// <summary>
+/// The loop threads of one server, shared by all of its endpoints. Created by the first bind;
+/// each listener holds a reference, and the loops stop when the last one is released and their
+/// connections have closed.
+/// </summary>
+internal sealed class EventLoopGroup
+{
+    private readonly EventLoop[] _loops;
+    private int _references;
+
+    public EventLoopGroup(LinuxTransportOptions options, IMemoryPoolFactory<byte> poolFactory, ILogger logger)
+    {
+        _loops = new EventLoop[options.ThreadCount];
+        try
+        {
+            for (int i = 0; i < _loops.Length; i++)
+            {
+                var pool = poolFactory.Create(new MemoryPoolOptions { Owner = "Kestrel.Transport.Linux" });
+                _loops[i] = new EventLoop(i, options, pool, logger);
+            }
+        }
+        catch
+        {
+            foreach (var loop in _loops)
+            {
+                loop?.Start();
+                loop?.Stop(abortConnections: true);
+            }
+
+            throw;
+        }
+
+        foreach (var loop in _loops)
+        {
+            loop.Start();
+        }
+    }
+
+    public IReadOnlyList<EventLoop> Loops => _loops;
+
+    /// <summary>Takes a reference; false when the group is already stopping.</summary>
+    public bool TryAcquire()
+    {
+        int current;
+        do
+        {
+            current = Volatile.Read(ref _references);
+            if (current < 0)
+            {
+                return false;
+            }
+        }
+        while (Interlocked.CompareExchange(ref _references, current + 1, current) != current);
+        return true;
+    }
+
+    /// <summary>Drops a reference; the last one stops the loops once their connections have closed.</summary>
+    public void Release()
+    {
+        if (Interlocked.Decrement(ref _references) == 0 && Interlocked.CompareExchange(ref _references, -1, 0) == 0)
+        {
+            foreach (var loop in _loops)
+            {
+                loop.Stop(abortConnections: false);
+            }
+        }
+    }
+
+    public bool IsStopping => Volatile.Read(ref _references) < 0;
+
+    /// <summary>Stops every loop now, resetting what is still open, and waits for the threads.</summary>
+    public async Task StopAsync()
+    {
+        Volatile.Write(ref _references, -1);
+        foreach (var loop in _loops)
+        {
+            loop.Stop(abortConnections: true);
+        }
+
+        await Task.WhenAll(_loops.Select(static l => l.Stopped));
+        foreach (var loop in _loops)
+        {
+            loop.Join();
+        }
+    }
+
+    public Task WhenStopped => Task.WhenAll(_loops.Select(static l => l.Stopped));
+}

@@ -1,0 +1,622 @@
+using System.Buffers;
+using System.Diagnostics;
+using System.IO.Pipelines;
+using System.Net;
+using Kestrel.Transport.Linux.Interop;
+using Microsoft.AspNetCore.Connections;
+using Microsoft.AspNetCore.Connections.Features;
+using Microsoft.AspNetCore.Http.Features;
+
+// The pipes' ValueTasks are stored and read back in their completion callbacks, which only run
+// once they have completed; CA2012 cannot see that.
+#pragma warning disable CA2012
+
+namespace Kestrel.Transport.Linux.Internal;
+
+/// <summary>
+/// One accepted socket and its two pipes. Every method without a thread note runs on the owning
+/// loop's thread; <see cref="Abort"/> and <see cref="DisposeAsync"/> may be called from anywhere and
+/// post to the loop.
+/// </summary>
+internal sealed class LinuxConnection : ConnectionContext,
+    IConnectionIdFeature, IConnectionTransportFeature, IConnectionItemsFeature,
+    IMemoryPoolFeature, IConnectionLifetimeFeature, IConnectionEndPointFeature
+{
+    /// <summary>Reads ask for at least this much room: half a 4 KiB pool block, as Kestrel's Sockets transport.</summary>
+    private const int MinReadSize = 2048;
+
+    /// <summary>At most this many buffers go into one writev (IOV_MAX is 1024, see sysconf(3)); the rest goes next pass.</summary>
+    private const int MaxBuffersPerSend = 64;
+
+    private static long s_lastId;
+
+    private readonly EventLoop _loop;
+    private readonly Pipe _input;
+    private readonly Pipe _output;
+    private readonly CancellationTokenSource _connectionClosedSource = new();
+    private readonly TaskCompletionSource _closed = new(TaskCreationOptions.RunContinuationsAsynchronously);
+    private readonly Action _onInputFlushed;
+    private readonly Action _onOutputReadable;
+    private readonly FeatureCollection _features = new();
+
+    private string? _connectionId;
+    private IDictionary<object, object?>? _items;
+
+    // Receive side.
+    private bool _readable;
+    private bool _peerHungUp;
+    private bool _receiveQueued;
+    private bool _receiveDone;
+    private bool _flushPending;
+    private ValueTask<FlushResult> _flush;
+
+    // Send side.
+    private bool _sendQueued;
+    private bool _sendDone;
+    private bool _waitingWritable;
+    private bool _readPending;
+    private bool _hasReadResult;
+    private ReadResult _readResult;
+    private ValueTask<ReadResult> _read;
+
+    private bool _fdClosed;
+    private int _connectionClosedFired;
+    private ConnectionAbortedException? _abortReason;
+
+    public LinuxConnection(EventLoop loop, int fd, EndPoint? localEndPoint, EndPoint? remoteEndPoint)
+    {
+        _loop = loop;
+        Fd = fd;
+        LocalEndPoint = localEndPoint;
+        RemoteEndPoint = remoteEndPoint;
+
+        _input = new Pipe(loop.InputPipeOptions);
+        _output = new Pipe(loop.OutputPipeOptions);
+        Transport = new DuplexPipe(_input.Reader, _output.Writer);
+        _onInputFlushed = OnInputFlushed;
+        _onOutputReadable = OnOutputReadable;
+
+        _features.Set<IConnectionIdFeature>(this);
+        _features.Set<IConnectionTransportFeature>(this);
+        _features.Set<IConnectionItemsFeature>(this);
+        _features.Set<IMemoryPoolFeature>(this);
+        _features.Set<IConnectionLifetimeFeature>(this);
+        _features.Set<IConnectionEndPointFeature>(this);
+    }
+
+    public int Fd { get; }
+
+    public override string ConnectionId
+    {
+        get => _connectionId ??= $"L{Interlocked.Increment(ref s_lastId):X8}";
+        set => _connectionId = value;
+    }
+
+    public override IFeatureCollection Features => _features;
+
+    public override IDictionary<object, object?> Items
+    {
+        get => _items ??= new ConnectionItems();
+        set => _items = value;
+    }
+
+    public override IDuplexPipe Transport { get; set; }
+
+    public override EndPoint? LocalEndPoint { get; set; }
+
+    public override EndPoint? RemoteEndPoint { get; set; }
+
+    public override CancellationToken ConnectionClosed
+    {
+        get => _connectionClosedSource.Token;
+        set => throw new NotSupportedException("The transport owns the ConnectionClosed token.");
+    }
+
+    public MemoryPool<byte> MemoryPool => _loop.Pool;
+
+    /// <summary>Completes when the fd is closed and the transport's side of both pipes is complete.</summary>
+    public Task Closed => _closed.Task;
+
+    /// <summary>Thread-safe. Resets the connection: reads throw <paramref name="abortReason"/> and the peer gets RST.</summary>
+    public override void Abort(ConnectionAbortedException abortReason)
+    {
+        Interlocked.CompareExchange(ref _abortReason, abortReason, null);
+        _loop.Post(static s => ((LinuxConnection)s!).AbortOnLoop(null), this);
+    }
+
+    /// <summary>Thread-safe. Completes the application's side of the pipes and waits until the transport has let go of the socket.</summary>
+    public override async ValueTask DisposeAsync()
+    {
+        Transport.Input.Complete();
+        Transport.Output.Complete();
+        _loop.Post(static s => ((LinuxConnection)s!).EndOnLoop(), this);
+        await _closed.Task;
+        _connectionClosedSource.Dispose();
+        await base.DisposeAsync();
+    }
+
+    public void Start() => ReadOutput();
+
+    public void OnEvents(uint events)
+    {
+        if (_fdClosed)
+        {
+            return;
+        }
+
+        if ((events & (Epoll.EPOLLRDHUP | Epoll.EPOLLHUP | Epoll.EPOLLERR)) != 0)
+        {
+            _peerHungUp = true;
+        }
+
+        if ((events & (Epoll.EPOLLIN | Epoll.EPOLLRDHUP | Epoll.EPOLLHUP | Epoll.EPOLLERR)) != 0)
+        {
+            _readable = true;
+            QueueReceive();
+        }
+
+        if ((events & (Epoll.EPOLLOUT | Epoll.EPOLLHUP | Epoll.EPOLLERR)) != 0 && _waitingWritable)
+        {
+            _waitingWritable = false;
+            ReadOutput();
+        }
+    }
+
+    // ---- Receive side -------------------------------------------------------------------------
+
+    private void QueueReceive()
+    {
+        if (_readable && !_receiveDone && !_flushPending && !_receiveQueued)
+        {
+            _receiveQueued = true;
+            _loop.QueueReceive(this);
+        }
+    }
+
+    public void PrepareReceive(IoBatch batch)
+    {
+        _receiveQueued = false;
+        if (_receiveDone || _flushPending || _fdClosed)
+        {
+            return;
+        }
+
+        batch.BeginOp(this, Fd);
+        batch.AddBuffer(_input.Writer.GetMemory(MinReadSize));
+    }
+
+    public void CompleteReceive(long result, long requested)
+    {
+        if (_receiveDone)
+        {
+            return;
+        }
+
+        if (result > 0)
+        {
+            _input.Writer.Advance((int)result);
+
+            // With edge-triggered epoll a short read means the socket is drained: any later arrival
+            // raises a new edge. After a hang-up there is no further edge, so read until EOF.
+            if (result < requested && !_peerHungUp)
+            {
+                _readable = false;
+            }
+
+            FlushInput();
+        }
+        else if (result == 0)
+        {
+            EndReceive(null);
+        }
+        else if (result == -Errno.EAGAIN)
+        {
+            _readable = false;
+        }
+        else
+        {
+            EndReceive(ErrorFor((int)-result, "recv"));
+        }
+    }
+
+    private void FlushInput()
+    {
+        var flush = _input.Writer.FlushAsync();
+        if (flush.IsCompleted)
+        {
+            AfterInputFlush(flush.GetAwaiter().GetResult());
+        }
+        else
+        {
+            // Backpressure: the app has MaxReadBufferSize unread. Stop reading until it catches up.
+            _flushPending = true;
+            _flush = flush;
+            flush.GetAwaiter().UnsafeOnCompleted(_onInputFlushed);
+        }
+    }
+
+    private void OnInputFlushed()
+    {
+        _flushPending = false;
+        var flush = _flush;
+        _flush = default;
+        FlushResult result = default;
+        Exception? error = null;
+        try
+        {
+            result = flush.GetAwaiter().GetResult();
+        }
+        catch (Exception e)
+        {
+            error = e;
+        }
+
+        if (_receiveDone)
+        {
+            // The receive side ended while the flush was pending; finish what EndReceive deferred.
+            _input.Writer.Complete(_pendingInputError);
+            MaybeClose();
+            return;
+        }
+
+        if (error is not null)
+        {
+            EndReceive(error);
+            return;
+        }
+
+        AfterInputFlush(result);
+    }
+
+    private void AfterInputFlush(FlushResult result)
+    {
+        if (result.IsCompleted || result.IsCanceled)
+        {
+            // The application completed its reader: it wants no more input.
+            EndReceive(null);
+        }
+        else
+        {
+            QueueReceive();
+        }
+    }
+
+    private Exception? _pendingInputError;
+
+    private void EndReceive(Exception? error)
+    {
+        if (_receiveDone)
+        {
+            return;
+        }
+
+        _receiveDone = true;
+        if (_flushPending)
+        {
+            // Completing the writer under a pending flush would race the pipe's own callback: cancel
+            // the flush and complete when it reports back.
+            _pendingInputError = error;
+            _input.Writer.CancelPendingFlush();
+        }
+        else
+        {
+            _input.Writer.Complete(error);
+        }
+
+        FireConnectionClosed();
+        MaybeClose();
+    }
+
+    // ---- Send side ----------------------------------------------------------------------------
+
+    private void ReadOutput()
+    {
+        if (_sendDone || _readPending)
+        {
+            return;
+        }
+
+        ValueTask<ReadResult> read;
+        try
+        {
+            read = _output.Reader.ReadAsync();
+        }
+        catch (Exception e)
+        {
+            EndSend(e, graceful: false);
+            return;
+        }
+
+        if (read.IsCompleted)
+        {
+            OnOutputRead(read);
+        }
+        else
+        {
+            _readPending = true;
+            _read = read;
+            read.GetAwaiter().UnsafeOnCompleted(_onOutputReadable);
+        }
+    }
+
+    private void OnOutputReadable()
+    {
+        _readPending = false;
+        var read = _read;
+        _read = default;
+        if (_sendDone)
+        {
+            // EndSend cancelled this read; the reader can be completed now.
+            try
+            {
+                var result = read.GetAwaiter().GetResult();
+                _output.Reader.AdvanceTo(result.Buffer.Start);
+            }
+            catch (Exception)
+            {
+                // The app completed its writer with an error; the send side is over either way.
+            }
+
+            _output.Reader.Complete(_pendingOutputError);
+            MaybeClose();
+            return;
+        }
+
+        OnOutputRead(read);
+    }
+
+    private void OnOutputRead(ValueTask<ReadResult> read)
+    {
+        ReadResult result;
+        try
+        {
+            result = read.GetAwaiter().GetResult();
+        }
+        catch (Exception e)
+        {
+            // The application completed its output with an error.
+            EndSend(e, graceful: false);
+            return;
+        }
+
+        if (result.Buffer.IsEmpty)
+        {
+            _output.Reader.AdvanceTo(result.Buffer.End);
+            if (result.IsCompleted || result.IsCanceled)
+            {
+                EndSend(null, graceful: true);
+            }
+            else
+            {
+                ReadOutput();
+            }
+
+            return;
+        }
+
+        _readResult = result;
+        _hasReadResult = true;
+        if (!_sendQueued)
+        {
+            _sendQueued = true;
+            if (_loop.Options.DeferSend)
+            {
+                _loop.QueueSend(this);
+            }
+            else
+            {
+                _loop.SendNow(this);
+            }
+        }
+    }
+
+    public void PrepareSend(IoBatch batch)
+    {
+        _sendQueued = false;
+        if (_sendDone || !_hasReadResult || _fdClosed)
+        {
+            return;
+        }
+
+        batch.BeginOp(this, Fd);
+        int buffers = 0;
+        foreach (var segment in _readResult.Buffer)
+        {
+            if (segment.IsEmpty)
+            {
+                continue;
+            }
+
+            batch.AddBuffer(segment);
+            if (++buffers == MaxBuffersPerSend)
+            {
+                break;
+            }
+        }
+    }
+
+    public void CompleteSend(long result, long requested)
+    {
+        if (!_hasReadResult)
+        {
+            return;
+        }
+
+        var buffer = _readResult.Buffer;
+        bool writerCompleted = _readResult.IsCompleted;
+        _hasReadResult = false;
+        _readResult = default;
+
+        if (result >= 0)
+        {
+            _output.Reader.AdvanceTo(buffer.GetPosition(result));
+            if (result < requested)
+            {
+                // The socket's send buffer is full. The EPOLLOUT edge (registered once, edge-triggered) resumes us.
+                _waitingWritable = true;
+            }
+            else if (writerCompleted && result == buffer.Length)
+            {
+                EndSend(null, graceful: true);
+            }
+            else
+            {
+                ReadOutput();
+            }
+        }
+        else if (result == -Errno.EAGAIN)
+        {
+            _output.Reader.AdvanceTo(buffer.Start);
+            _waitingWritable = true;
+        }
+        else
+        {
+            _output.Reader.AdvanceTo(buffer.Start);
+            EndSend(ErrorFor((int)-result, "send"), graceful: false);
+        }
+    }
+
+    private Exception? _pendingOutputError;
+
+    private void EndSend(Exception? error, bool graceful)
+    {
+        if (_sendDone)
+        {
+            return;
+        }
+
+        _sendDone = true;
+        if (_hasReadResult)
+        {
+            _output.Reader.AdvanceTo(_readResult.Buffer.Start);
+            _hasReadResult = false;
+            _readResult = default;
+        }
+
+        if (_readPending)
+        {
+            _pendingOutputError = error;
+            _output.Reader.CancelPendingRead();
+        }
+        else
+        {
+            _output.Reader.Complete(error);
+        }
+
+        if (graceful && !_fdClosed)
+        {
+            // Everything the app wrote is in the kernel: FIN follows it (shutdown(2)).
+            Interop.Socket.Shutdown(Fd, Interop.Socket.SHUT_WR);
+        }
+
+        // As the Sockets transport does, the end of the send side ends the connection; input
+        // readers learn why.
+        EndReceive(error ?? _abortReason ?? new ConnectionAbortedException("The Linux transport's send side completed."));
+        MaybeClose();
+    }
+
+    // ---- Ending -------------------------------------------------------------------------------
+
+    /// <summary>The app disposed the connection: end both sides, gracefully where still possible.</summary>
+    private void EndOnLoop()
+    {
+        // The app's writer is complete, so whatever is in flight on the send side (a pending read, a
+        // queued send, a wait for EPOLLOUT) runs to the end of the data and then ends it gracefully,
+        // as the Sockets transport drains before its DisposeAsync returns. A pending input flush
+        // completes because the app's reader is complete.
+        if (!_flushPending)
+        {
+            EndReceive(null);
+        }
+
+        MaybeClose();
+    }
+
+    /// <summary>Resets the connection (SO_LINGER 0, then close).</summary>
+    public void AbortOnLoop(ConnectionAbortedException? reason)
+    {
+        if (_fdClosed)
+        {
+            return;
+        }
+
+        Interlocked.CompareExchange(ref _abortReason, reason, null);
+        Interop.Socket.SetLingerZero(Fd);
+        EndReceive(_abortReason);
+        EndSend(_abortReason, graceful: false);
+        CloseOnLoop();
+    }
+
+    /// <summary>A fault in this connection's processing: reset it, never the loop.</summary>
+    public void Fail(Exception error)
+    {
+        AbortOnLoop(error as ConnectionAbortedException ?? new ConnectionAbortedException(error.Message, error));
+    }
+
+    private void MaybeClose()
+    {
+        if (_receiveDone && _sendDone)
+        {
+            CloseOnLoop();
+        }
+    }
+
+    /// <summary>Closes the fd exactly once, and reports closure once the pipes are released too.</summary>
+    public void CloseOnLoop()
+    {
+        if (!_fdClosed)
+        {
+            _fdClosed = true;
+            _loop.Unregister(this);
+            LibC.CloseFd(Fd);
+            FireConnectionClosed();
+        }
+
+        // A pending flush or read will report back on this loop (they were cancelled); the pipes'
+        // blocks go back to the pool when both sides are complete.
+        if (!_flushPending && !_readPending)
+        {
+            Debug.Assert(_receiveDone && _sendDone);
+            _closed.TrySetResult();
+        }
+    }
+
+    private void FireConnectionClosed()
+    {
+        if (Interlocked.Exchange(ref _connectionClosedFired, 1) == 0)
+        {
+            // User callbacks on the token must not run on the loop thread.
+            ThreadPool.UnsafeQueueUserWorkItem(static source =>
+            {
+                try
+                {
+                    source.Cancel();
+                }
+                catch (ObjectDisposedException)
+                {
+                }
+            }, _connectionClosedSource, preferLocal: false);
+        }
+    }
+
+    private Exception ErrorFor(int errno, string operation) => errno switch
+    {
+        Errno.ECONNRESET or Errno.EPIPE => new ConnectionResetException($"{operation} failed on connection {ConnectionId}: {Errno.Describe(errno)}."),
+        _ => _abortReason ?? (Exception)new IOException($"{operation} failed on connection {ConnectionId}: {Errno.Describe(errno)}."),
+    };
+
+    string IConnectionIdFeature.ConnectionId
+    {
+        get => ConnectionId;
+        set => ConnectionId = value;
+    }
+
+    void IConnectionLifetimeFeature.Abort() => Abort(new ConnectionAbortedException("The connection was aborted by the application via IConnectionLifetimeFeature.Abort()."));
+
+    private sealed class DuplexPipe(PipeReader input, PipeWriter output) : IDuplexPipe
+    {
+        public PipeReader Input { get; } = input;
+
+        public PipeWriter Output { get; } = output;
+    }
+}

@@ -1,0 +1,105 @@
+using System.Buffers;
+using System.Net;
+using System.Net.Sockets;
+using Microsoft.AspNetCore.Connections;
+using Microsoft.Extensions.Logging;
+using Microsoft.Extensions.Options;
+
+namespace Kestrel.Transport.Linux.Internal;
+
+/// <summary>
+/// Kestrel's entry point into the transport: binds endpoints onto one shared group of event loops.
+/// </summary>
+internal sealed class LinuxTransportFactory : IConnectionListenerFactory, IConnectionListenerFactorySelector, IAsyncDisposable, IDisposable
+{
+    private readonly LinuxTransportOptions _options;
+    private readonly ILogger _logger;
+    private readonly IMemoryPoolFactory<byte> _memoryPoolFactory;
+    private readonly Lock _gate = new();
+    private readonly List<EventLoopGroup> _groups = [];
+    private EventLoopGroup? _current;
+    private bool _disposed;
+
+    public LinuxTransportFactory(IOptions<LinuxTransportOptions> options, ILoggerFactory loggerFactory, IMemoryPoolFactory<byte>? memoryPoolFactory = null)
+    {
+        ArgumentNullException.ThrowIfNull(options);
+        ArgumentNullException.ThrowIfNull(loggerFactory);
+
+        // Reading Value runs the registered validators; validate here as well for direct construction.
+        _options = options.Value;
+        var failures = _options.Validate().ToList();
+        if (failures.Count > 0)
+        {
+            throw new OptionsValidationException(nameof(LinuxTransportOptions), typeof(LinuxTransportOptions), failures);
+        }
+
+        _logger = loggerFactory.CreateLogger(TransportLog.Category);
+        _memoryPoolFactory = memoryPoolFactory ?? SharedArrayPoolFactory.Instance;
+    }
+
+    public bool CanBind(EndPoint endpoint) => endpoint is IPEndPoint or UnixDomainSocketEndPoint or FileHandleEndPoint;
+
+    public async ValueTask<IConnectionListener> BindAsync(EndPoint endpoint, CancellationToken cancellationToken = default)
+    {
+        ArgumentNullException.ThrowIfNull(endpoint);
+        var group = AcquireGroup();
+        try
+        {
+            return await LinuxConnectionListener.BindAsync(group, endpoint, _options, _logger);
+        }
+        catch
+        {
+            group.Release();
+            throw;
+        }
+    }
+
+    private EventLoopGroup AcquireGroup()
+    {
+        lock (_gate)
+        {
+            ObjectDisposedException.ThrowIf(_disposed, this);
+            if (_current is null || !_current.TryAcquire())
+            {
+                _current = new EventLoopGroup(_options, _memoryPoolFactory, _logger);
+                _groups.Add(_current);
+                _current.TryAcquire();
+                TransportLog.LoopsStarted(_logger, _options.ThreadCount, _options.ApplicationSchedulingMode, _current.Loops[0].Engine.Name);
+            }
+
+            return _current;
+        }
+    }
+
+    public async ValueTask DisposeAsync()
+    {
+        EventLoopGroup[] groups;
+        lock (_gate)
+        {
+            if (_disposed)
+            {
+                return;
+            }
+
+            _disposed = true;
+            groups = [.. _groups];
+            _groups.Clear();
+            _current = null;
+        }
+
+        foreach (var group in groups)
+        {
+            await group.StopAsync();
+        }
+    }
+
+    public void Dispose() => DisposeAsync().AsTask().GetAwaiter().GetResult();
+
+    /// <summary>For hosts without Kestrel's pool factory (direct use in tests): pools over the shared ArrayPool.</summary>
+    private sealed class SharedArrayPoolFactory : IMemoryPoolFactory<byte>
+    {
+        public static readonly SharedArrayPoolFactory Instance = new();
+
+        public MemoryPool<byte> Create(MemoryPoolOptions? options = null) => MemoryPool<byte>.Shared;
+    }
+}

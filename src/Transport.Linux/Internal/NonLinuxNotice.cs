@@ -1,0 +1,16 @@
+using Microsoft.Extensions.Hosting;
+using Microsoft.Extensions.Logging;
+
+namespace Kestrel.Transport.Linux.Internal;
+
+/// <summary>Tells the operator, once, that UseLinuxTransport() did nothing on this OS.</summary>
+internal sealed class NonLinuxNotice(ILoggerFactory loggerFactory) : IHostedService
+{
+    public Task StartAsync(CancellationToken cancellationToken)
+    {
+        TransportLog.NotLinux(loggerFactory.CreateLogger(TransportLog.Category), Environment.OSVersion.VersionString);
+        return Task.CompletedTask;
+    }
+
+    public Task StopAsync(CancellationToken cancellationToken) => Task.CompletedTask;
+}

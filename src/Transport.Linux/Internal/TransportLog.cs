@@ -1,0 +1,46 @@
+using System.Net;
+using Microsoft.Extensions.Logging;
+
+namespace Kestrel.Transport.Linux.Internal;
+
+/// <summary>Every log message of the transport, source-generated, under one category.</summary>
+internal static partial class TransportLog
+{
+    public const string Category = "Kestrel.Transport.Linux";
+
+    [LoggerMessage(1, LogLevel.Information, "UseLinuxTransport() has no effect on {OperatingSystem}: Kestrel stays on the Sockets transport.")]
+    public static partial void NotLinux(ILogger logger, string operatingSystem);
+
+    [LoggerMessage(2, LogLevel.Debug, "Started {ThreadCount} event loops, scheduling {SchedulingMode}, {Engine} I/O engine.")]
+    public static partial void LoopsStarted(ILogger logger, int threadCount, ApplicationSchedulingMode schedulingMode, string engine);
+
+    [LoggerMessage(3, LogLevel.Debug, "Loop {Loop} running: {Engine} engine, AIO receive {AioReceive}, AIO send {AioSend}.")]
+    public static partial void LoopStarted(ILogger logger, int loop, string engine, bool aioReceive, bool aioSend);
+
+    [LoggerMessage(4, LogLevel.Debug, "Loop {Loop} stopped.")]
+    public static partial void LoopStopped(ILogger logger, int loop);
+
+    [LoggerMessage(5, LogLevel.Warning, "Loop {Loop}: Linux AIO is unavailable, using readv/writev instead: {Reason}.")]
+    public static partial void AioUnavailable(ILogger logger, int loop, string reason);
+
+    [LoggerMessage(6, LogLevel.Debug, "Bound {EndPoint} on {Loops} loops ({Mode}).")]
+    public static partial void Bound(ILogger logger, EndPoint endPoint, int loops, string mode);
+
+    [LoggerMessage(7, LogLevel.Warning, "Loop {Loop}: accept on {EndPoint} failed: {Error}. Retrying in {BackoffMs} ms.")]
+    public static partial void AcceptFailed(ILogger logger, int loop, EndPoint endPoint, string error, int backoffMs);
+
+    [LoggerMessage(8, LogLevel.Error, "Loop {Loop}: registering the listener for {EndPoint} with epoll failed: {Error}.")]
+    public static partial void ListenerRegistrationFailed(ILogger logger, int loop, EndPoint endPoint, string error);
+
+    [LoggerMessage(9, LogLevel.Error, "Connection {ConnectionId} faulted and was reset; its loop goes on.")]
+    public static partial void ConnectionFault(ILogger logger, string connectionId, Exception exception);
+
+    [LoggerMessage(10, LogLevel.Error, "Loop {Loop}: a queued continuation threw; the loop goes on.")]
+    public static partial void ScheduledWorkFailed(ILogger logger, int loop, Exception exception);
+
+    [LoggerMessage(11, LogLevel.Critical, "Loop {Loop} failed and stopped; its connections were reset.")]
+    public static partial void LoopFailed(ILogger logger, int loop, Exception exception);
+
+    [LoggerMessage(12, LogLevel.Warning, "Could not delete the Unix socket file {Path}.")]
+    public static partial void UnixSocketCleanupFailed(ILogger logger, string path, Exception exception);
+}

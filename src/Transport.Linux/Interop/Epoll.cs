@@ -1,0 +1,58 @@
+using System.Runtime.CompilerServices;
+using System.Runtime.InteropServices;
+
+namespace Kestrel.Transport.Linux.Interop;
+
+/// <summary>
+/// epoll(7). struct epoll_event is packed on x86_64 (12 bytes, data at offset 4) and naturally
+/// aligned elsewhere (16 bytes, data at offset 8), see sys/epoll.h; events are read through
+/// <see cref="EventSize"/> and <see cref="DataOffset"/> so one build serves both.
+/// </summary>
+internal static unsafe partial class Epoll
+{
+    public const uint EPOLLIN = 0x001;
+    public const uint EPOLLPRI = 0x002;
+    public const uint EPOLLOUT = 0x004;
+    public const uint EPOLLERR = 0x008;
+    public const uint EPOLLHUP = 0x010;
+    public const uint EPOLLRDHUP = 0x2000;
+    public const uint EPOLLEXCLUSIVE = 1u << 28;   // Linux 4.5
+    public const uint EPOLLET = 1u << 31;
+
+    public const int EPOLL_CTL_ADD = 1;
+    public const int EPOLL_CTL_DEL = 2;
+    public const int EPOLL_CTL_MOD = 3;
+
+    public const int EPOLL_CLOEXEC = 0x80000;   // == O_CLOEXEC
+
+    public static readonly int EventSize = RuntimeInformation.ProcessArchitecture is Architecture.X64 or Architecture.X86 ? 12 : 16;
+    public static readonly int DataOffset = EventSize == 12 ? 4 : 8;
+
+    [LibraryImport(LibC.Name, EntryPoint = "epoll_create1", SetLastError = true)]
+    private static partial int epoll_create1(int flags);
+
+    [LibraryImport(LibC.Name, EntryPoint = "epoll_ctl", SetLastError = true)]
+    private static partial int epoll_ctl(int epfd, int op, int fd, byte* ev);
+
+    [LibraryImport(LibC.Name, EntryPoint = "epoll_wait", SetLastError = true)]
+    private static partial int epoll_wait(int epfd, byte* events, int maxevents, int timeout);
+
+    public static int Create() => Errno.Check(epoll_create1(EPOLL_CLOEXEC));
+
+    /// <summary>epoll_ctl with the fd itself as the event's data; returns 0 or -errno.</summary>
+    public static int Control(int epfd, int op, int fd, uint events)
+    {
+        byte* ev = stackalloc byte[16];
+        Unsafe.WriteUnaligned(ev, events);
+        Unsafe.WriteUnaligned(ev + DataOffset, (ulong)(uint)fd);
+        return Errno.Check(epoll_ctl(epfd, op, fd, ev));
+    }
+
+    /// <summary>epoll_wait; returns the number of events or -errno.</summary>
+    public static int Wait(int epfd, byte* events, int maxEvents, int timeoutMs)
+        => Errno.Check(epoll_wait(epfd, events, maxEvents, timeoutMs));
+
+    public static uint EventsAt(byte* events, int index) => Unsafe.ReadUnaligned<uint>(events + (index * EventSize));
+
+    public static int FdAt(byte* events, int index) => (int)Unsafe.ReadUnaligned<ulong>(events + (index * EventSize) + DataOffset);
+}

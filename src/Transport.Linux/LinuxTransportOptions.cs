@@ -1,0 +1,99 @@
+namespace Kestrel.Transport.Linux;
+
+/// <summary>
+/// Options for the Linux transport. Bind them from code with
+/// <c>UseLinuxTransport(o =&gt; ...)</c> or from the configuration section
+/// <see cref="ConfigurationSectionName"/>.
+/// </summary>
+public sealed class LinuxTransportOptions
+{
+    /// <summary>The configuration section the options bind from: <c>Kestrel:LinuxTransport</c>.</summary>
+    public const string ConfigurationSectionName = "Kestrel:LinuxTransport";
+
+    /// <summary>
+    /// The number of event-loop threads, shared by every endpoint of the server. Each thread owns
+    /// an epoll instance and one SO_REUSEPORT listening socket per bound IP endpoint.
+    /// Default: <see cref="Environment.ProcessorCount"/>, at most 16 (one loop per core, the
+    /// thread-per-core design; 16 matches the Sockets transport's IOQueueCount cap). Range 1..1024.
+    /// </summary>
+    public int ThreadCount { get; set; } = Math.Min(Environment.ProcessorCount, 16);
+
+    /// <summary>
+    /// Where application continuations run. Default <see cref="ApplicationSchedulingMode.ThreadPool"/>,
+    /// the safe choice; <see cref="ApplicationSchedulingMode.Inline"/> runs them on the loop thread.
+    /// </summary>
+    public ApplicationSchedulingMode ApplicationSchedulingMode { get; set; } = ApplicationSchedulingMode.ThreadPool;
+
+    /// <summary>
+    /// Defer sends to the end of the event-loop pass and coalesce everything a connection flushed
+    /// during the pass into one writev. When false, a flush is sent on the next pass of the loop
+    /// without waiting for the rest of the pass's receives. Default: true.
+    /// </summary>
+    public bool DeferSend { get; set; } = true;
+
+    /// <summary>
+    /// Submit each pass's receives as one Linux AIO <c>io_submit</c> (IOCB_CMD_PREADV) instead of one
+    /// readv per socket. Falls back to readv, logged once, when <c>io_setup</c> fails
+    /// (for example when <c>fs.aio-max-nr</c> is exhausted). Default: false.
+    /// </summary>
+    public bool AioReceive { get; set; }
+
+    /// <summary>
+    /// Submit each pass's sends as one Linux AIO <c>io_submit</c> (IOCB_CMD_PWRITEV) instead of one
+    /// sendmsg per socket. Falls back like <see cref="AioReceive"/>. Default: false.
+    /// </summary>
+    public bool AioSend { get; set; }
+
+    /// <summary>The listen(2) backlog of each listening socket. Default: 512, as the Sockets transport. Range 1..65535.</summary>
+    public int Backlog { get; set; } = 512;
+
+    /// <summary>Set TCP_NODELAY on accepted TCP connections. Default: true, as the Sockets transport.</summary>
+    public bool NoDelay { get; set; } = true;
+
+    /// <summary>
+    /// Bytes the transport may buffer from the socket before the application reads them; when reached,
+    /// the loop stops reading from that socket until the app catches up. Null means unbounded.
+    /// Default: 1 MiB, as the Sockets transport.
+    /// </summary>
+    public long? MaxReadBufferSize { get; set; } = 1024 * 1024;
+
+    /// <summary>
+    /// Bytes the application may have buffered for sending before its flushes wait for the socket to
+    /// drain. Null means unbounded. Default: 64 KiB, as the Sockets transport.
+    /// </summary>
+    public long? MaxWriteBufferSize { get; set; } = 64 * 1024;
+
+    /// <summary>
+    /// Use the native batch engine (libktl_native.so) when it can be loaded. When false, or when the
+    /// library is missing, the transport performs the same batches with managed P/Invoke calls.
+    /// </summary>
+    internal bool UseNativeEngine { get; set; } = true;
+
+    internal IEnumerable<string> Validate()
+    {
+        if (ThreadCount is < 1 or > 1024)
+        {
+            yield return $"{nameof(LinuxTransportOptions)}.{nameof(ThreadCount)} must be between 1 and 1024, but was {ThreadCount}.";
+        }
+
+        if (!Enum.IsDefined(ApplicationSchedulingMode))
+        {
+            yield return $"{nameof(LinuxTransportOptions)}.{nameof(ApplicationSchedulingMode)} must be ThreadPool or Inline, but was {(int)ApplicationSchedulingMode}.";
+        }
+
+        if (Backlog is < 1 or > 65535)
+        {
+            yield return $"{nameof(LinuxTransportOptions)}.{nameof(Backlog)} must be between 1 and 65535, but was {Backlog}.";
+        }
+
+        if (MaxReadBufferSize is < 0)
+        {
+            yield return $"{nameof(LinuxTransportOptions)}.{nameof(MaxReadBufferSize)} must be null or non-negative, but was {MaxReadBufferSize}.";
+        }
+
+        if (MaxWriteBufferSize is < 0)
+        {
+            yield return $"{nameof(LinuxTransportOptions)}.{nameof(MaxWriteBufferSize)} must be null or non-negative, but was {MaxWriteBufferSize}.";
+        }
+    }
+}
