@@ -541,9 +541,10 @@ internal sealed unsafe class EventLoop : PipeScheduler
 
     private void Shutdown()
     {
+        var reason = new Microsoft.AspNetCore.Connections.ConnectionAbortedException("The Linux transport's event loop stopped.");
         foreach (var connection in _connections.ToArray())
         {
-            connection.CloseOnLoop();
+            connection.AbortOnLoop(reason);
         }
 
         _connections.Clear();

@@ -562,7 +562,7 @@ internal sealed class LinuxConnection : ConnectionContext,
     }
 
     /// <summary>Closes the fd exactly once, and reports closure once the pipes are released too.</summary>
-    public void CloseOnLoop()
+    private void CloseOnLoop()
     {
         if (!_fdClosed)
         {

@@ -195,9 +195,11 @@ internal static unsafe partial class Socket
                 var ip = new IPAddress(address[8..24], BinaryPrimitives.ReadUInt32LittleEndian(address[24..]));
                 return new IPEndPoint(ip, BinaryPrimitives.ReadUInt16BigEndian(address[2..]));
             case AF_UNIX:
+                // An unbound client socket has no name (unix(7): "unnamed"): only the family comes back.
                 var path = address[2..];
                 int nul = path.IndexOf((byte)0);
-                return new UnixDomainSocketEndPoint(Encoding.UTF8.GetString(nul >= 0 ? path[..nul] : path));
+                path = nul >= 0 ? path[..nul] : path;
+                return path.IsEmpty ? null : new UnixDomainSocketEndPoint(Encoding.UTF8.GetString(path));
             default:
                 return null;
         }

@@ -1,0 +1,206 @@
+#!/usr/bin/env bash
+# Package consumer check: packs Kestrel.Transport.Linux, checks what the .nupkg holds, then builds
+# and runs a minimal web app OUTSIDE the repository that takes the package from artifacts/packages,
+# and proves its requests are served by the Linux transport (epoll fds and one SO_REUSEPORT
+# listener per loop thread).
+set -euo pipefail
+
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+PACKAGE_ID="Kestrel.Transport.Linux"
+PACKAGE_DIR="$REPO_ROOT/artifacts/packages"
+THREADS=2                      # Kestrel__LinuxTransport__ThreadCount for the consumer app
+START_TIMEOUT=60               # seconds for the app to answer its first request
+STOP_TIMEOUT=30                # seconds for the app to exit after SIGTERM
+
+log() { printf 'consumer: %s\n' "$*"; }
+fail() { printf 'consumer: FAIL: %s\n' "$*" >&2; exit 1; }
+
+for tool in dotnet unzip curl ss timeout cmp; do
+    command -v "$tool" > /dev/null || fail "'$tool' is not installed (.ci/run installs it)."
+done
+
+WORK_DIR="$(mktemp -d "${TMPDIR:-/tmp}/ktl-consumer.XXXXXX")"
+APP_PID=""
+APP_LOG="$WORK_DIR/app.log"
+
+cleanup() {
+    local status=$?
+    if [[ -n "$APP_PID" ]] && kill -0 "$APP_PID" 2> /dev/null; then
+        kill -KILL "$APP_PID" 2> /dev/null || true
+        wait "$APP_PID" 2> /dev/null || true
+    fi
+    if [[ $status -ne 0 && -s "$APP_LOG" ]]; then
+        echo "---- consumer app output ----" >&2
+        tail -n 100 "$APP_LOG" >&2 || true
+        echo "-----------------------------" >&2
+    fi
+    if [[ "${KEEP_CONSUMER_WORK:-0}" == "1" ]]; then
+        log "kept $WORK_DIR"
+    else
+        rm -rf "$WORK_DIR"
+    fi
+    exit "$status"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# ---- 1. pack -------------------------------------------------------------------------------------
+mkdir -p "$PACKAGE_DIR"
+rm -f "$PACKAGE_DIR/$PACKAGE_ID".[0-9]*.nupkg "$PACKAGE_DIR/$PACKAGE_ID".[0-9]*.snupkg
+log "dotnet pack src/Transport.Linux -c Release -o artifacts/packages"
+(cd "$REPO_ROOT" && timeout 20m dotnet pack src/Transport.Linux -c Release -o artifacts/packages)
+
+shopt -s nullglob
+packages=("$PACKAGE_DIR/$PACKAGE_ID".[0-9]*.nupkg)
+shopt -u nullglob
+[[ ${#packages[@]} -eq 1 ]] || fail "expected one $PACKAGE_ID package in $PACKAGE_DIR, found ${#packages[@]}."
+NUPKG="${packages[0]}"
+VERSION="$(basename "$NUPKG" .nupkg)"
+VERSION="${VERSION#"$PACKAGE_ID".}"
+log "package $(basename "$NUPKG") (version $VERSION)"
+
+# ---- 2. package contents -------------------------------------------------------------------------
+contents="$(unzip -Z1 "$NUPKG")"
+for entry in "lib/net10.0/$PACKAGE_ID.dll" "runtimes/linux-x64/native/libktl_native.so" "README.md"; do
+    grep -Fxq "$entry" <<< "$contents" || fail "$(basename "$NUPKG") does not hold $entry. It holds:"$'\n'"$contents"
+    log "package holds $entry"
+done
+
+# ---- 3. a consumer app outside the repository ---------------------------------------------------
+APP_DIR="$WORK_DIR/app"
+mkdir -p "$APP_DIR"
+
+# Stop MSBuild and NuGet from picking up anything above the temp folder.
+printf '<Project />\n' > "$WORK_DIR/Directory.Build.props"
+printf '<Project />\n' > "$WORK_DIR/Directory.Build.targets"
+printf '<Project />\n' > "$WORK_DIR/Directory.Packages.props"
+
+# The local folder comes first; the machine's own sources follow (no <clear />).
+cat > "$APP_DIR/NuGet.config" <<XML
+<?xml version="1.0" encoding="utf-8"?>
+<configuration>
+  <packageSources>
+    <add key="ktl-local-packages" value="$PACKAGE_DIR" />
+  </packageSources>
+</configuration>
+XML
+
+cat > "$APP_DIR/Consumer.csproj" <<XML
+<Project Sdk="Microsoft.NET.Sdk.Web">
+  <PropertyGroup>
+    <TargetFramework>net10.0</TargetFramework>
+    <Nullable>enable</Nullable>
+    <ImplicitUsings>enable</ImplicitUsings>
+    <AssemblyName>Consumer</AssemblyName>
+  </PropertyGroup>
+  <ItemGroup>
+    <PackageReference Include="$PACKAGE_ID" Version="[$VERSION]" />
+  </ItemGroup>
+</Project>
+XML
+
+cat > "$APP_DIR/Program.cs" <<'CS'
+var builder = WebApplication.CreateBuilder(args);
+builder.WebHost.UseLinuxTransport();
+var app = builder.Build();
+app.MapGet("/", () => "consumer ok");
+app.Run();
+CS
+
+# A packages folder of its own, so a stale copy of the package in ~/.nuget/packages is never used.
+PACKAGES_CACHE="$WORK_DIR/packages"
+log "restore and build in $APP_DIR"
+timeout 10m dotnet restore "$APP_DIR/Consumer.csproj" --packages "$PACKAGES_CACHE"
+timeout 10m dotnet build "$APP_DIR/Consumer.csproj" -c Release --no-restore -nologo
+
+restored="$PACKAGES_CACHE/${PACKAGE_ID,,}/${VERSION,,}/${PACKAGE_ID,,}.${VERSION,,}.nupkg"
+[[ -f "$restored" ]] || fail "restore did not put $PACKAGE_ID $VERSION in $PACKAGES_CACHE."
+cmp -s "$restored" "$NUPKG" || fail "the restored $PACKAGE_ID package is not the one just packed."
+log "restored package is the one just packed"
+
+APP_DLL="$APP_DIR/bin/Release/net10.0/Consumer.dll"
+[[ -f "$APP_DLL" ]] || fail "build produced no $APP_DLL."
+[[ -f "$(dirname "$APP_DLL")/runtimes/linux-x64/native/libktl_native.so" ]] \
+    || fail "the build output lacks runtimes/linux-x64/native/libktl_native.so."
+
+# ---- 4. run it -----------------------------------------------------------------------------------
+listeners_on() { ss -Hltnp "sport = :$1" 2> /dev/null || true; }
+
+pick_port() {
+    local port _
+    for _ in $(seq 1 50); do
+        port=$((20000 + (RANDOM * 32768 + RANDOM) % 40000))
+        if [[ -z "$(ss -Htan "( sport = :$port or dport = :$port )" 2> /dev/null)" ]]; then
+            echo "$port"
+            return 0
+        fi
+    done
+    return 1
+}
+
+PORT="$(pick_port)" || fail "found no free port."
+URL="http://127.0.0.1:$PORT"
+log "starting the app on $URL with Kestrel__LinuxTransport__ThreadCount=$THREADS"
+ASPNETCORE_URLS="$URL" \
+ASPNETCORE_ENVIRONMENT=Production \
+Kestrel__LinuxTransport__ThreadCount="$THREADS" \
+    dotnet "$APP_DLL" > "$APP_LOG" 2>&1 < /dev/null &
+APP_PID=$!
+
+body=""
+deadline=$((SECONDS + START_TIMEOUT))
+while (( SECONDS < deadline )); do
+    kill -0 "$APP_PID" 2> /dev/null || fail "the app exited before answering."
+    if body="$(curl -sS --max-time 5 "$URL/" 2> /dev/null)"; then
+        break
+    fi
+    body=""
+    sleep 0.5
+done
+[[ -n "$body" ]] || fail "no answer from $URL within ${START_TIMEOUT}s."
+[[ "$body" == "consumer ok" ]] || fail "unexpected body from $URL/: '$body'."
+log "GET $URL/ -> '$body'"
+
+# A few more requests on fresh connections, so more than one loop has had a chance to serve one.
+for _ in 1 2 3 4 5 6; do
+    body="$(curl -sS --max-time 5 "$URL/")" || fail "a later request to $URL/ failed."
+    [[ "$body" == "consumer ok" ]] || fail "unexpected body from a later request: '$body'."
+done
+
+# ---- 5. prove the Linux transport served it ------------------------------------------------------
+# Every loop thread owns an epoll instance ...
+epolls=0
+for fd in /proc/"$APP_PID"/fd/*; do
+    if [[ "$(readlink "$fd" 2> /dev/null || true)" == "anon_inode:[eventpoll]" ]]; then
+        epolls=$((epolls + 1))
+    fi
+done
+(( epolls >= THREADS )) || fail "the app has $epolls epoll fds; a Linux transport with $THREADS threads has at least $THREADS."
+log "the app holds $epolls epoll fds (>= $THREADS loop threads)"
+
+# ... and its own SO_REUSEPORT listener per endpoint. The Sockets transport would show exactly one.
+listeners="$(listeners_on "$PORT")"
+count="$(grep -c "pid=$APP_PID," <<< "$listeners" || true)"
+if [[ "$count" -ne "$THREADS" ]]; then
+    fail "expected $THREADS listening sockets on port $PORT owned by pid $APP_PID, found $count:"$'\n'"$listeners"
+fi
+log "port $PORT has $count listening sockets owned by the app (one per loop thread)"
+
+# ---- 6. stop it ----------------------------------------------------------------------------------
+kill -TERM "$APP_PID"
+deadline=$((SECONDS + STOP_TIMEOUT))
+while kill -0 "$APP_PID" 2> /dev/null && (( SECONDS < deadline )); do
+    sleep 0.2
+done
+if kill -0 "$APP_PID" 2> /dev/null; then
+    fail "the app did not exit within ${STOP_TIMEOUT}s of SIGTERM."
+fi
+app_status=0
+wait "$APP_PID" || app_status=$?
+APP_PID=""
+[[ $app_status -eq 0 ]] || fail "the app exited with status $app_status after SIGTERM."
+if grep -Eq "Unhandled exception|^fail: " "$APP_LOG"; then
+    fail "the app logged an error."
+fi
+log "the app stopped cleanly on SIGTERM"
+log "1 passed, 0 failed"
