@@ -111,6 +111,9 @@ internal sealed unsafe class EventLoop : PipeScheduler
 
     public bool IsOnLoopThread => t_current == this;
 
+    /// <summary>True when this loop's receives or sends go through io_submit.</summary>
+    public bool UsesAio => _useAioReceive || _useAioSend;
+
     /// <summary>Completes when the thread has exited and every fd it owned is closed.</summary>
     public Task Stopped => _stopped.Task;
 

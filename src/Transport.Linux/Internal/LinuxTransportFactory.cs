@@ -37,6 +37,18 @@ internal sealed class LinuxTransportFactory : IConnectionListenerFactory, IConne
         _memoryPoolFactory = memoryPoolFactory ?? SharedArrayPoolFactory.Instance;
     }
 
+    /// <summary>The loops of the current group, for diagnostics and tests; empty before the first bind.</summary>
+    internal IReadOnlyList<EventLoop> Loops
+    {
+        get
+        {
+            lock (_gate)
+            {
+                return _current?.Loops ?? [];
+            }
+        }
+    }
+
     public bool CanBind(EndPoint endpoint) => endpoint is IPEndPoint or UnixDomainSocketEndPoint or FileHandleEndPoint;
 
     public async ValueTask<IConnectionListener> BindAsync(EndPoint endpoint, CancellationToken cancellationToken = default)

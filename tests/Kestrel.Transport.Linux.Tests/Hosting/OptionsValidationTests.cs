@@ -1,0 +1,23 @@
+using Kestrel.Transport.Linux.Tests.Infrastructure;
+
+namespace Kestrel.Transport.Linux.Tests.Hosting;
+
+/// <summary>
+/// Invalid Linux transport options stop the host from starting, with the option named. Linux kinds only:
+/// the options belong to the Linux transport, and Sockets has no such failure to compare with.
+/// </summary>
+public sealed class OptionsValidationTests(ITestOutputHelper output)
+{
+    [Theory]
+    [MemberData(nameof(Transports.LinuxOnly), MemberType = typeof(Transports))]
+    public async Task ThreadCount_0_fails_host_start_with_a_message_naming_ThreadCount(TransportKind kind)
+    {
+        var failure = await Assert.ThrowsAnyAsync<Exception>(async () =>
+        {
+            await using var host = await TestHost.StartAsync(kind, output, _ => Task.CompletedTask, s => s.Linux = o => o.ThreadCount = 0);
+        });
+
+        output.WriteLine(failure.ToString());
+        Assert.Contains("ThreadCount", failure.Message, StringComparison.Ordinal);
+    }
+}

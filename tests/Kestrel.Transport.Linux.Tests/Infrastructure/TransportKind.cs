@@ -1,0 +1,98 @@
+using Kestrel.Transport.Linux.Internal;
+using Kestrel.Transport.Linux.Interop;
+using Microsoft.AspNetCore.Connections;
+
+namespace Kestrel.Transport.Linux.Tests.Infrastructure;
+
+/// <summary>The transport a test runs against. Every test runs over Sockets too, which proves the test expects what Kestrel's own transport does.</summary>
+public enum TransportKind
+{
+    /// <summary>Kestrel's Sockets transport: the reference behaviour.</summary>
+    Sockets,
+
+    /// <summary>The Linux transport with the native batch engine (libktl_native.so).</summary>
+    LinuxNative,
+
+    /// <summary>The Linux transport with its managed fallback engine.</summary>
+    LinuxManaged,
+
+    /// <summary>The Linux transport, native engine, with ApplicationSchedulingMode.Inline (host tests only).</summary>
+    LinuxInline,
+
+    /// <summary>The Linux transport, native engine, with AioReceive and AioSend: batches go through io_submit.</summary>
+    LinuxAio,
+
+    /// <summary>The Linux transport, native engine, with DeferSend off: flushes are sent as they come (host tests only).</summary>
+    LinuxImmediateSend,
+}
+
+/// <summary>The theory data that selects transports, and the options each kind stands for.</summary>
+public static class Transports
+{
+    /// <summary>The loop count for the Linux runs: more than one, so that SO_REUSEPORT spreading is always exercised.</summary>
+    public const int LinuxThreadCount = 2;
+
+    /// <summary>Transport-level tests: the test drives the pipes itself, so Inline scheduling adds nothing there.</summary>
+    public static TheoryData<TransportKind> ConnectionLevel =>
+        new() { TransportKind.Sockets, TransportKind.LinuxNative, TransportKind.LinuxManaged, TransportKind.LinuxAio };
+
+    /// <summary>Host-level tests: every kind, Inline included.</summary>
+    public static TheoryData<TransportKind> HostLevel =>
+        new()
+        {
+            TransportKind.Sockets, TransportKind.LinuxNative, TransportKind.LinuxManaged, TransportKind.LinuxInline,
+            TransportKind.LinuxAio, TransportKind.LinuxImmediateSend,
+        };
+
+    /// <summary>For behaviour only the Linux transport has (its own options).</summary>
+    public static TheoryData<TransportKind> LinuxOnly =>
+        new() { TransportKind.LinuxNative, TransportKind.LinuxManaged };
+
+    public static bool IsLinux(this TransportKind kind) => kind != TransportKind.Sockets;
+
+    /// <summary>Applies the kind's defaults for tests: two loops, the engine and the scheduling mode it names.</summary>
+    public static void Configure(this TransportKind kind, LinuxTransportOptions options)
+    {
+        options.ThreadCount = LinuxThreadCount;
+        options.UseNativeEngine = kind != TransportKind.LinuxManaged;
+        options.ApplicationSchedulingMode = kind == TransportKind.LinuxInline
+            ? ApplicationSchedulingMode.Inline
+            : ApplicationSchedulingMode.ThreadPool;
+        options.AioReceive = options.AioSend = kind == TransportKind.LinuxAio;
+        options.DeferSend = kind != TransportKind.LinuxImmediateSend;
+    }
+
+    /// <summary>
+    /// A native run that silently fell back to the managed engine would test the managed engine twice,
+    /// so a kind that names the native engine requires that the library actually loaded.
+    /// </summary>
+    public static void AssertEngineAvailable(this TransportKind kind)
+    {
+        if (kind is not (TransportKind.Sockets or TransportKind.LinuxManaged))
+        {
+            Assert.True(
+                NativeEngine.IsSupported,
+                $"{kind} needs libktl_native.so beside the test assembly ({AppContext.BaseDirectory}); it was not loaded, so this run would only repeat the managed engine.");
+        }
+    }
+
+    /// <summary>
+    /// After a bind: the loops run the engine the kind names, and io_submit when it names AIO (an AIO
+    /// kind whose io_setup silently failed would only repeat the readv/writev run).
+    /// </summary>
+    public static void AssertLoopsAsConfigured(this TransportKind kind, IConnectionListenerFactory factory)
+    {
+        if (!kind.IsLinux())
+        {
+            return;
+        }
+
+        var loops = Assert.IsType<LinuxTransportFactory>(factory).Loops;
+        Assert.NotEmpty(loops);
+        foreach (var loop in loops)
+        {
+            Assert.Equal(kind == TransportKind.LinuxManaged ? "managed" : "native", loop.Engine.Name);
+            Assert.Equal(kind == TransportKind.LinuxAio, loop.UsesAio);
+        }
+    }
+}

@@ -1,0 +1,204 @@
+using System.Net;
+using System.Net.Sockets;
+using System.Runtime.InteropServices;
+using Kestrel.Transport.Linux.Tests.Infrastructure;
+using Microsoft.AspNetCore.Connections;
+
+namespace Kestrel.Transport.Linux.Tests.Transport;
+
+/// <summary>Binding, unbinding and the endpoint kinds Kestrel may hand a transport.</summary>
+public sealed partial class ListenerTests(ITestOutputHelper output)
+{
+    private static readonly IPEndPoint s_loopback = new(IPAddress.Loopback, 0);
+
+    [Theory]
+    [MemberData(nameof(Transports.ConnectionLevel), MemberType = typeof(Transports))]
+    public async Task Binding_port_0_reports_the_assigned_port_in_EndPoint(TransportKind kind)
+    {
+        await using var transport = TestTransport.Create(kind, output);
+        var listener = await transport.BindAsync(s_loopback);
+
+        var endPoint = Assert.IsType<IPEndPoint>(listener.EndPoint);
+        Assert.Equal(IPAddress.Loopback, endPoint.Address);
+        Assert.NotEqual(0, endPoint.Port);
+
+        using var client = await TestSockets.ConnectAsync(endPoint);
+        var connection = await transport.AcceptAsync(listener);
+        Assert.Equal(client.LocalEndPoint, connection.RemoteEndPoint);
+        await AssertEchoAsync(client, connection);
+        await transport.StopAsync();
+    }
+
+    [Theory]
+    [MemberData(nameof(Transports.ConnectionLevel), MemberType = typeof(Transports))]
+    public async Task UnbindAsync_makes_a_pending_AcceptAsync_return_null(TransportKind kind)
+    {
+        await using var transport = TestTransport.Create(kind, output);
+        var listener = await transport.BindAsync(s_loopback);
+
+        var accept = listener.AcceptAsync().AsTask();
+        Assert.False(accept.IsCompleted);
+        await listener.UnbindAsync().AsTask().WaitAsync(TestTimeouts.Default);
+
+        Assert.Null(await accept.WaitAsync(TestTimeouts.Default));
+        Assert.True(await TestSockets.IsRefusedAsync(listener.EndPoint), "The port still accepts connections after UnbindAsync.");
+        await transport.StopAsync(expectRentals: false);
+    }
+
+    [Theory]
+    [MemberData(nameof(Transports.ConnectionLevel), MemberType = typeof(Transports))]
+    public async Task Binding_a_port_held_by_a_plain_listening_socket_throws_AddressInUseException(TransportKind kind)
+    {
+        using var holder = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp);
+        holder.Bind(s_loopback);
+        holder.Listen();
+        var taken = (IPEndPoint)holder.LocalEndPoint!;
+
+        await using var transport = TestTransport.Create(kind, output);
+        await Assert.ThrowsAsync<AddressInUseException>(() => transport.BindAsync(taken));
+
+        // The failed bind must not have left a socket behind that steals the holder's connections.
+        using var client = await TestSockets.ConnectAsync(taken);
+        using var accepted = await holder.AcceptAsync().WaitAsync(TestTimeouts.Default);
+        await transport.StopAsync(expectRentals: false);
+    }
+
+    [Theory]
+    [MemberData(nameof(Transports.ConnectionLevel), MemberType = typeof(Transports))]
+    public async Task A_second_server_of_the_same_transport_cannot_share_a_bound_port(TransportKind kind)
+    {
+        // SO_REUSEPORT lets any socket of the same user join a port that was bound with it, so a transport that
+        // uses it must still refuse a second server: two Kestrel instances silently splitting traffic is a bug.
+        await using var first = TestTransport.Create(kind, output);
+        var listener = await first.BindAsync(s_loopback);
+
+        await using var second = TestTransport.Create(kind, output);
+        await Assert.ThrowsAsync<AddressInUseException>(() => second.BindAsync(listener.EndPoint));
+
+        // Every connection still goes to the first server, on each of its loops.
+        for (var i = 0; i < 8; i++)
+        {
+            using var client = await TestSockets.ConnectAsync(listener.EndPoint);
+            var connection = await first.AcceptAsync(listener);
+            await AssertEchoAsync(client, connection);
+        }
+
+        await second.StopAsync(expectRentals: false);
+        await first.StopAsync();
+    }
+
+    [IPv6Theory]
+    [MemberData(nameof(Transports.ConnectionLevel), MemberType = typeof(Transports))]
+    public async Task IPv6_loopback_accepts_and_echoes(TransportKind kind)
+    {
+        await using var transport = TestTransport.Create(kind, output);
+        var listener = await transport.BindAsync(new IPEndPoint(IPAddress.IPv6Loopback, 0));
+        var endPoint = Assert.IsType<IPEndPoint>(listener.EndPoint);
+        Assert.Equal(IPAddress.IPv6Loopback, endPoint.Address);
+        Assert.NotEqual(0, endPoint.Port);
+
+        using var client = await TestSockets.ConnectAsync(endPoint);
+        var connection = await transport.AcceptAsync(listener);
+        Assert.Equal(client.LocalEndPoint, connection.RemoteEndPoint);
+        await AssertEchoAsync(client, connection);
+        await transport.StopAsync();
+    }
+
+    [IPv6Theory]
+    [MemberData(nameof(Transports.ConnectionLevel), MemberType = typeof(Transports))]
+    public async Task IPv6Any_is_dual_stack_so_an_IPv4_client_can_connect(TransportKind kind)
+    {
+        await using var transport = TestTransport.Create(kind, output);
+        var listener = await transport.BindAsync(new IPEndPoint(IPAddress.IPv6Any, 0));
+        var port = Assert.IsType<IPEndPoint>(listener.EndPoint).Port;
+        Assert.NotEqual(0, port);
+
+        using (var v4 = await TestSockets.ConnectAsync(new IPEndPoint(IPAddress.Loopback, port)))
+        {
+            var connection = await transport.AcceptAsync(listener);
+            var remote = Assert.IsType<IPEndPoint>(connection.RemoteEndPoint);
+            var clientAddress = ((IPEndPoint)v4.LocalEndPoint!).Address;
+            Assert.True(
+                remote.Address.Equals(clientAddress) || remote.Address.Equals(clientAddress.MapToIPv6()),
+                $"RemoteEndPoint {remote} does not name the IPv4 client {v4.LocalEndPoint}.");
+            await AssertEchoAsync(v4, connection);
+        }
+
+        using (var v6 = await TestSockets.ConnectAsync(new IPEndPoint(IPAddress.IPv6Loopback, port)))
+        {
+            var connection = await transport.AcceptAsync(listener);
+            await AssertEchoAsync(v6, connection);
+        }
+
+        await transport.StopAsync();
+    }
+
+    [Theory]
+    [MemberData(nameof(Transports.ConnectionLevel), MemberType = typeof(Transports))]
+    public async Task A_unix_domain_socket_accepts_and_echoes(TransportKind kind)
+    {
+        var directory = Directory.CreateTempSubdirectory("ktl-uds-");
+        try
+        {
+            var endPoint = new UnixDomainSocketEndPoint(Path.Combine(directory.FullName, "kestrel.sock"));
+            await using var transport = TestTransport.Create(kind, output);
+            var listener = await transport.BindAsync(endPoint);
+            Assert.Equal(endPoint.ToString(), listener.EndPoint.ToString());
+
+            for (var i = 0; i < 4; i++)
+            {
+                using var client = await TestSockets.ConnectAsync(endPoint);
+                var connection = await transport.AcceptAsync(listener);
+                await AssertEchoAsync(client, connection);
+            }
+
+            await transport.StopAsync();
+        }
+        finally
+        {
+            directory.Delete(recursive: true);
+        }
+    }
+
+    [Theory]
+    [MemberData(nameof(Transports.ConnectionLevel), MemberType = typeof(Transports))]
+    public async Task A_FileHandleEndPoint_listens_on_the_socket_it_is_given(TransportKind kind)
+    {
+        using var socket = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp);
+        socket.Bind(s_loopback);
+        socket.Listen();
+        var address = (IPEndPoint)socket.LocalEndPoint!;
+
+        // The transport owns the descriptor it is given (as with systemd socket activation) and closes it when
+        // disposed, so it gets a duplicate and this test keeps its own.
+        var handed = Dup((int)socket.Handle);
+        Assert.True(handed >= 0, $"dup failed: errno {Marshal.GetLastPInvokeError()}");
+
+        await using var transport = TestTransport.Create(kind, output);
+        var listener = await transport.BindAsync(new FileHandleEndPoint((ulong)handed, FileHandleType.Tcp));
+
+        for (var i = 0; i < 4; i++)
+        {
+            using var client = await TestSockets.ConnectAsync(address);
+            var connection = await transport.AcceptAsync(listener);
+            await AssertEchoAsync(client, connection);
+        }
+
+        await transport.StopAsync();
+    }
+
+    private static async Task AssertEchoAsync(Socket client, ConnectionContext connection)
+    {
+        var message = TestData.Create(seed: 99, length: 5000);
+        await client.SendAllAsync(message);
+        var received = await connection.ReadExactlyAsync(message.Length);
+        Assert.Equal(message, received);
+        await connection.Transport.Output.WriteAsync(received).AsTask().WaitAsync(TestTimeouts.Default);
+        var reply = new byte[message.Length];
+        await client.ReceiveExactlyAsync(reply);
+        Assert.Equal(message, reply);
+    }
+
+    [LibraryImport("libc", EntryPoint = "dup", SetLastError = true)]
+    private static partial int Dup(int fd);
+}

@@ -1,0 +1,138 @@
+using System.Diagnostics;
+using System.Net;
+using System.Net.Sockets;
+using Kestrel.Transport.Linux.Tests.Infrastructure;
+using Microsoft.AspNetCore.Connections;
+
+namespace Kestrel.Transport.Linux.Tests.Transport;
+
+/// <summary>Nothing outlives the transport: no descriptor, no thread, no memory block.</summary>
+[Collection(QuietProcess.Name)]
+public sealed class ResourceReleaseTests(ITestOutputHelper output)
+{
+    private const int ConnectionsPerEnding = 4;
+
+    [Theory]
+    [MemberData(nameof(Transports.ConnectionLevel), MemberType = typeof(Transports))]
+    public async Task Disposing_connections_listeners_and_factory_releases_every_descriptor_thread_and_block(TransportKind kind)
+    {
+        // One cycle first: the runtime opens some descriptors and starts its own socket engine lazily, once per process.
+        await RunCycleAsync(kind, whileRunning: null);
+        GC.Collect();
+        GC.WaitForPendingFinalizers();
+        GC.Collect();
+
+        var descriptorsBefore = ProcessResources.OpenFileDescriptors();
+        var threadsBefore = ProcessResources.Threads();
+        var threadCountBefore = ProcessResources.ThreadCount();
+        List<string> threadsWhileRunning = [];
+
+        await RunCycleAsync(kind, whileRunning: () => threadsWhileRunning = ProcessResources.NewThreads(threadsBefore, ProcessResources.Threads()));
+
+        output.WriteLine($"Threads started by the transport while it ran: {string.Join(", ", threadsWhileRunning)}");
+        if (kind.IsLinux())
+        {
+            // Proves the thread check below can see the transport's threads at all.
+            Assert.True(
+                threadsWhileRunning.Count >= Transports.LinuxThreadCount,
+                $"Expected at least {Transports.LinuxThreadCount} event-loop threads while running, saw: {string.Join(", ", threadsWhileRunning)}");
+        }
+
+        // Descriptors must be closed by the time DisposeAsync returns: no margin, because the warm-up cycle
+        // already paid for everything the runtime opens once.
+        var leaked = ProcessResources.NewDescriptors(descriptorsBefore, ProcessResources.OpenFileDescriptors());
+        Assert.True(leaked.Count == 0, $"{leaked.Count} descriptor(s) opened during the cycle are still open after disposal:{Environment.NewLine}{string.Join(Environment.NewLine, leaked)}");
+
+        // Threads: compared by id rather than by the bare count, because the thread pool may add and retire
+        // workers of its own at any time; its threads are recognised by name.
+        var stopwatch = Stopwatch.StartNew();
+        var lingering = ProcessResources.NewThreads(threadsBefore, ProcessResources.Threads());
+        while (lingering.Count > 0 && stopwatch.Elapsed < TestTimeouts.ThreadExit)
+        {
+            await Task.Delay(50);
+            lingering = ProcessResources.NewThreads(threadsBefore, ProcessResources.Threads());
+        }
+
+        output.WriteLine($"Threads: {threadCountBefore} before the cycle, {ProcessResources.ThreadCount()} after it (thread-pool workers included).");
+        Assert.True(lingering.Count == 0, $"Thread(s) started during the cycle still run {TestTimeouts.ThreadExit.TotalSeconds} s after disposal: {string.Join(", ", lingering)}");
+    }
+
+    /// <summary>
+    /// A TCP and a Unix-socket listener; connections that end in every way (client FIN, server abort,
+    /// client RST, still open at disposal) after moving data; then Kestrel's shutdown order and the pool check.
+    /// </summary>
+    private async Task RunCycleAsync(TransportKind kind, Action? whileRunning)
+    {
+        var directory = Directory.CreateTempSubdirectory("ktl-fd-");
+        try
+        {
+            await using var transport = TestTransport.Create(kind, output);
+            var tcp = await transport.BindAsync(new IPEndPoint(IPAddress.Loopback, 0));
+            var unix = await transport.BindAsync(new UnixDomainSocketEndPoint(Path.Combine(directory.FullName, "cycle.sock")));
+
+            var clients = new List<Socket>();
+            var connections = new List<ConnectionContext>();
+            foreach (var listener in new[] { tcp, unix })
+            {
+                for (var i = 0; i < 4 * ConnectionsPerEnding; i++)
+                {
+                    var client = await TestSockets.ConnectAsync(listener.EndPoint);
+                    clients.Add(client);
+                    var connection = await transport.AcceptAsync(listener);
+                    connections.Add(connection);
+                    var message = TestData.Create((ulong)i, 10_000);
+                    await client.SendAllAsync(message);
+                    await connection.Transport.Output.WriteAsync(await connection.ReadExactlyAsync(message.Length));
+                    await client.ReceiveExactlyAsync(new byte[message.Length]);
+                }
+            }
+
+            whileRunning?.Invoke();
+
+            var endings = new List<Task>();
+            for (var i = 0; i < clients.Count; i++)
+            {
+                var client = clients[i];
+                var connection = connections[i];
+                switch (i % 4)
+                {
+                    case 0: // client FIN, server completes both pipes
+                        client.Shutdown(SocketShutdown.Send);
+                        endings.Add(EndGracefullyAsync(connection, client));
+                        break;
+                    case 1: // server abort
+                        connection.Abort(new ConnectionAbortedException("cycle"));
+                        endings.Add(connection.WaitForConnectionClosedAsync());
+                        break;
+                    case 2: // client RST
+                        client.LingerState = new LingerOption(true, 0);
+                        client.Dispose();
+                        endings.Add(connection.WaitForConnectionClosedAsync());
+                        break;
+                    default: // left open: disposal must close it
+                        break;
+                }
+            }
+
+            await Task.WhenAll(endings).WaitAsync(TestTimeouts.Default);
+            await transport.StopAsync();
+            foreach (var client in clients)
+            {
+                client.Dispose();
+            }
+        }
+        finally
+        {
+            directory.Delete(recursive: true);
+        }
+    }
+
+    private static async Task EndGracefullyAsync(ConnectionContext connection, Socket client)
+    {
+        var (length, _) = await connection.ReadToEndHashedAsync(TestTimeouts.Default);
+        Assert.Equal(0, length);
+        await connection.Transport.Input.CompleteAsync();
+        await connection.Transport.Output.CompleteAsync();
+        Assert.Empty(await client.ReceiveToEndAsync());
+    }
+}
