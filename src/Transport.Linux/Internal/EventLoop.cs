@@ -25,6 +25,7 @@ internal sealed unsafe class EventLoop : PipeScheduler
     private static EventLoop? t_current;
 
     private readonly LinuxTransportOptions _options;
+    private readonly TransportMetrics _metrics;
     private readonly ILogger _logger;
     private readonly Thread _thread;
     private readonly ConcurrentQueue<ScheduledWork> _workQueue = new();
@@ -48,11 +49,17 @@ internal sealed unsafe class EventLoop : PipeScheduler
     private bool _exited;
     private bool _batchRunning;
 
-    public EventLoop(int index, LinuxTransportOptions options, MemoryPool<byte> pool, ILogger logger)
+    // Totals read by the meter's observable instruments; written only by this loop's thread.
+    private long _passCount;
+    private long _bytesReceived;
+    private long _bytesSent;
+
+    public EventLoop(int index, LinuxTransportOptions options, MemoryPool<byte> pool, ILogger logger, TransportMetrics metrics)
     {
         Index = index;
         _options = options;
         _logger = logger;
+        _metrics = metrics;
         Pool = pool;
 
         _epollFd = Errno.ThrowIfError(Epoll.Create(), "epoll_create1");
@@ -74,6 +81,7 @@ internal sealed unsafe class EventLoop : PipeScheduler
                 ? $"io_setup failed: {Errno.Describe(aioError)}; check fs.aio-max-nr"
                 : $"the {Engine.Name} engine has no AIO path ({NativeEngine.LoadError ?? "native engine disabled by options"})";
             TransportLog.AioUnavailable(logger, index, why);
+            metrics.AioFallbacks.Add(1);
         }
 
         _useAioReceive = options.AioReceive && Engine.HasAio;
@@ -91,9 +99,16 @@ internal sealed unsafe class EventLoop : PipeScheduler
         OutputPipeOptions = new PipeOptions(pool, this, ApplicationScheduler, maxWrite, maxWrite / 2, useSynchronizationContext: false);
 
         _thread = new Thread(Run) { IsBackground = true, Name = $"Kestrel Linux loop {index}" };
+        metrics.Add(this);
     }
 
     public int Index { get; }
+
+    public long PassCount => Volatile.Read(ref _passCount);
+
+    public long BytesReceived => Volatile.Read(ref _bytesReceived);
+
+    public long BytesSent => Volatile.Read(ref _bytesSent);
 
     public MemoryPool<byte> Pool { get; }
 
@@ -194,6 +209,8 @@ internal sealed unsafe class EventLoop : PipeScheduler
     {
         SetRegistration(connection.Fd, connection);
         _connections.Add(connection);
+        _metrics.CurrentConnections.Add(1);
+        _metrics.TotalConnections.Add(1);
         int rc = Epoll.Control(_epollFd, Epoll.EPOLL_CTL_ADD, connection.Fd, Epoll.EPOLLIN | Epoll.EPOLLOUT | Epoll.EPOLLRDHUP | Epoll.EPOLLET);
         if (rc < 0)
         {
@@ -209,7 +226,10 @@ internal sealed unsafe class EventLoop : PipeScheduler
             _registrations[connection.Fd] = null;
         }
 
-        _connections.Remove(connection);
+        if (_connections.Remove(connection))
+        {
+            _metrics.CurrentConnections.Add(-1);
+        }
     }
 
     private void SetRegistration(int fd, object value)
@@ -279,6 +299,11 @@ internal sealed unsafe class EventLoop : PipeScheduler
 
                 int count = Epoll.Wait(_epollFd, events, MaxEventsPerWait, timeout);
                 Volatile.Write(ref _state, Awake);
+                Volatile.Write(ref _passCount, _passCount + 1);
+                if (_metrics.EventsPerPass.Enabled)
+                {
+                    _metrics.EventsPerPass.Record(Math.Max(count, 0));
+                }
 
                 for (int i = 0; i < count; i++)
                 {
@@ -378,6 +403,11 @@ internal sealed unsafe class EventLoop : PipeScheduler
         }
 
         (_sendQueue, _sendRunning) = (_sendRunning, _sendQueue);
+        if (_metrics.SendQueueLength.Enabled)
+        {
+            _metrics.SendQueueLength.Record(_sendRunning.Count);
+        }
+
         foreach (var connection in _sendRunning)
         {
             connection.PrepareSend(_batch);
@@ -398,10 +428,12 @@ internal sealed unsafe class EventLoop : PipeScheduler
         try
         {
             _batch.Execute(Engine, direction, useAio);
+            long bytes = 0;
             for (int i = 0; i < _batch.Count; i++)
             {
                 var connection = _batch.ConnectionAt(i);
                 long result = _batch.ResultAt(i);
+                bytes += Math.Max(result, 0);
                 long requested = _batch.RequestedAt(i);
                 try
                 {
@@ -420,11 +452,31 @@ internal sealed unsafe class EventLoop : PipeScheduler
                     connection.Fail(e);
                 }
             }
+
+            RecordBytes(direction, bytes);
         }
         finally
         {
             _batch.Clear();
             _batchRunning = false;
+        }
+    }
+
+    private void RecordBytes(int direction, long bytes)
+    {
+        bool receive = direction == NativeEngine.Receive;
+        if (receive)
+        {
+            Volatile.Write(ref _bytesReceived, _bytesReceived + bytes);
+        }
+        else
+        {
+            Volatile.Write(ref _bytesSent, _bytesSent + bytes);
+        }
+
+        if (_metrics.BytesPerPass.Enabled)
+        {
+            _metrics.BytesPerPass.Record(bytes, receive ? TransportMetrics.Received : TransportMetrics.Sent);
         }
     }
 
@@ -473,6 +525,7 @@ internal sealed unsafe class EventLoop : PipeScheduler
                     // EMFILE, ENFILE, ENOBUFS, ENOMEM, EPERM...: never fatal. Stop polling this
                     // listener for a while: level-triggered, it would otherwise spin the loop.
                     registration.BackOff();
+                    _metrics.AcceptErrors.Add(1, TransportMetrics.ErrnoTag(Errno.Name(errno)));
                     TransportLog.AcceptFailed(_logger, Index, registration.Listener.EndPoint, Errno.Describe(errno), registration.BackoffMs);
                     Epoll.Control(_epollFd, Epoll.EPOLL_CTL_MOD, registration.Fd, 0);
                     _backedOff.Add(registration);
@@ -550,7 +603,13 @@ internal sealed unsafe class EventLoop : PipeScheduler
             connection.AbortOnLoop(reason);
         }
 
+        foreach (var connection in _connections)
+        {
+            _metrics.CurrentConnections.Add(-1);
+        }
+
         _connections.Clear();
+        _metrics.Retire(this);
         foreach (var registration in _listeners)
         {
             registration.Added.TrySetResult();

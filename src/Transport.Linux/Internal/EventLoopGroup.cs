@@ -13,7 +13,7 @@ internal sealed class EventLoopGroup
     private readonly EventLoop[] _loops;
     private int _references;
 
-    public EventLoopGroup(LinuxTransportOptions options, IMemoryPoolFactory<byte> poolFactory, ILogger logger)
+    public EventLoopGroup(LinuxTransportOptions options, IMemoryPoolFactory<byte> poolFactory, ILogger logger, TransportMetrics metrics)
     {
         _loops = new EventLoop[options.ThreadCount];
         try
@@ -21,7 +21,7 @@ internal sealed class EventLoopGroup
             for (int i = 0; i < _loops.Length; i++)
             {
                 var pool = poolFactory.Create(new MemoryPoolOptions { Owner = "Kestrel.Transport.Linux" });
-                _loops[i] = new EventLoop(i, options, pool, logger);
+                _loops[i] = new EventLoop(i, options, pool, logger, metrics);
             }
         }
         catch

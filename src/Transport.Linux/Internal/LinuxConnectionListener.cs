@@ -46,9 +46,15 @@ internal sealed class LinuxConnectionListener : IConnectionListener
         switch (endPoint)
         {
             case IPEndPoint ip:
-                fds = BindReusePortGroup(ip, group.Loops.Count, options.Backlog, out int port);
+                // Without SO_REUSEPORT (Linux < 3.9, or a seccomp filter), one socket serves all loops.
+                shared = !KernelFeatures.Current.ReusePort;
+                fds = BindReusePortGroup(ip, shared ? 1 : group.Loops.Count, options.Backlog, reusePort: !shared, out int port);
                 listener = new LinuxConnectionListener(group, new IPEndPoint(ip.Address, port), logger, null, 0);
-                shared = false;
+                if (shared)
+                {
+                    TransportLog.NoReusePort(logger, listener.EndPoint);
+                }
+
                 break;
             case UnixDomainSocketEndPoint unix:
                 string path = unix.ToString();
@@ -85,7 +91,7 @@ internal sealed class LinuxConnectionListener : IConnectionListener
     /// with EADDRINUSE when anyone already holds the port, including another SO_REUSEPORT group of
     /// the same user, which the group's own sockets would otherwise silently join.
     /// </summary>
-    private static List<int> BindReusePortGroup(IPEndPoint endPoint, int count, int backlog, out int port)
+    private static List<int> BindReusePortGroup(IPEndPoint endPoint, int count, int backlog, bool reusePort, out int port)
     {
         Span<byte> address = stackalloc byte[Interop.Socket.MaxAddressLength];
         int family = endPoint.AddressFamily == AddressFamily.InterNetworkV6 ? Interop.Socket.AF_INET6 : Interop.Socket.AF_INET;
@@ -115,7 +121,7 @@ internal sealed class LinuxConnectionListener : IConnectionListener
         {
             for (int i = 0; i < count; i++)
             {
-                int fd = CreateTcpSocket(family, dualMode, reusePort: true, endPoint);
+                int fd = CreateTcpSocket(family, dualMode, reusePort, endPoint);
                 fds.Add(fd);
                 int rc = Interop.Socket.Bind(fd, address[..boundLength]);
                 if (rc == 0)

@@ -1,4 +1,5 @@
 using System.Buffers;
+using System.Diagnostics.Metrics;
 using System.Net;
 using System.Net.Sockets;
 using Microsoft.AspNetCore.Connections;
@@ -15,12 +16,17 @@ internal sealed class LinuxTransportFactory : IConnectionListenerFactory, IConne
     private readonly LinuxTransportOptions _options;
     private readonly ILogger _logger;
     private readonly IMemoryPoolFactory<byte> _memoryPoolFactory;
+    private readonly TransportMetrics _metrics;
     private readonly Lock _gate = new();
     private readonly List<EventLoopGroup> _groups = [];
     private EventLoopGroup? _current;
     private bool _disposed;
 
-    public LinuxTransportFactory(IOptions<LinuxTransportOptions> options, ILoggerFactory loggerFactory, IMemoryPoolFactory<byte>? memoryPoolFactory = null)
+    public LinuxTransportFactory(
+        IOptions<LinuxTransportOptions> options,
+        ILoggerFactory loggerFactory,
+        IMemoryPoolFactory<byte>? memoryPoolFactory = null,
+        IMeterFactory? meterFactory = null)
     {
         ArgumentNullException.ThrowIfNull(options);
         ArgumentNullException.ThrowIfNull(loggerFactory);
@@ -35,6 +41,8 @@ internal sealed class LinuxTransportFactory : IConnectionListenerFactory, IConne
 
         _logger = loggerFactory.CreateLogger(TransportLog.Category);
         _memoryPoolFactory = memoryPoolFactory ?? SharedArrayPoolFactory.Instance;
+        _metrics = new TransportMetrics(meterFactory);
+        TransportLog.Features(_logger, System.Runtime.InteropServices.RuntimeInformation.OSDescription, KernelFeatures.Current);
     }
 
     /// <summary>The loops of the current group, for diagnostics and tests; empty before the first bind.</summary>
@@ -73,7 +81,7 @@ internal sealed class LinuxTransportFactory : IConnectionListenerFactory, IConne
             ObjectDisposedException.ThrowIf(_disposed, this);
             if (_current is null || !_current.TryAcquire())
             {
-                _current = new EventLoopGroup(_options, _memoryPoolFactory, _logger);
+                _current = new EventLoopGroup(_options, _memoryPoolFactory, _logger, _metrics);
                 _groups.Add(_current);
                 _current.TryAcquire();
                 TransportLog.LoopsStarted(_logger, _options.ThreadCount, _options.ApplicationSchedulingMode, _current.Loops[0].Engine.Name);
@@ -103,6 +111,8 @@ internal sealed class LinuxTransportFactory : IConnectionListenerFactory, IConne
         {
             await group.StopAsync();
         }
+
+        _metrics.Dispose();
     }
 
     public void Dispose() => DisposeAsync().AsTask().GetAwaiter().GetResult();

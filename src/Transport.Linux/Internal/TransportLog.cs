@@ -43,4 +43,10 @@ internal static partial class TransportLog
 
     [LoggerMessage(12, LogLevel.Warning, "Could not delete the Unix socket file {Path}.")]
     public static partial void UnixSocketCleanupFailed(ILogger logger, string path, Exception exception);
+
+    [LoggerMessage(13, LogLevel.Information, "Kestrel.Transport.Linux on {Kernel}: {Features}.")]
+    public static partial void Features(ILogger logger, string kernel, KernelFeatures features);
+
+    [LoggerMessage(14, LogLevel.Warning, "SO_REUSEPORT is not available: {EndPoint} is bound once and every loop polls that socket with EPOLLEXCLUSIVE.")]
+    public static partial void NoReusePort(ILogger logger, EndPoint endPoint);
 }

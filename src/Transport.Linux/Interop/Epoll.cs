@@ -37,6 +37,21 @@ internal static unsafe partial class Epoll
     [LibraryImport(LibC.Name, EntryPoint = "epoll_wait", SetLastError = true)]
     private static partial int epoll_wait(int epfd, byte* events, int maxevents, int timeout);
 
+    // EPIOCGPARAMS = _IOR(0x8A, 0x02, struct epoll_params): linux/eventpoll.h, Linux 6.9.
+    private const nuint EPIOCGPARAMS = 0x80088A02;
+
+    [LibraryImport(LibC.Name, EntryPoint = "ioctl", SetLastError = true)]
+    private static partial int ioctl(int fd, nuint request, void* argument);
+
+    /// <summary>Reads the epoll instance's busy-poll parameters (struct epoll_params, 8 bytes); 0 or -errno (ENOTTY before 6.9).</summary>
+    public static int GetBusyPollParameters(int epfd, out ulong parameters)
+    {
+        ulong value = 0;
+        int rc = Errno.Check(ioctl(epfd, EPIOCGPARAMS, &value));
+        parameters = value;
+        return rc;
+    }
+
     public static int Create() => Errno.Check(epoll_create1(EPOLL_CLOEXEC));
 
     /// <summary>epoll_ctl with the fd itself as the event's data; returns 0 or -errno.</summary>

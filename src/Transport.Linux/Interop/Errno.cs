@@ -45,6 +45,26 @@ internal static class Errno
     /// <summary>Returns <paramref name="result"/>, or -errno when it is -1.</summary>
     public static long Check(long result) => result == -1 ? -Last : result;
 
+    /// <summary>The symbolic name of the errno values the transport reports in metrics; "errno N" for others.</summary>
+    public static string Name(int errno) => errno switch
+    {
+        EPERM => "EPERM",
+        EINTR => "EINTR",
+        EAGAIN => "EAGAIN",
+        ENOMEM => "ENOMEM",
+        EACCES => "EACCES",
+        EINVAL => "EINVAL",
+        ENFILE => "ENFILE",
+        EMFILE => "EMFILE",
+        EPIPE => "EPIPE",
+        EPROTO => "EPROTO",
+        ECONNABORTED => "ECONNABORTED",
+        ECONNRESET => "ECONNRESET",
+        ENOBUFS => "ENOBUFS",
+        ETIMEDOUT => "ETIMEDOUT",
+        _ => $"errno {errno}",
+    };
+
     public static string Describe(int errno) => $"{Marshal.GetPInvokeErrorMessage(errno)} (errno {errno})";
 
     /// <summary>Throws for a negative result (a -errno); returns non-negative results unchanged.</summary>

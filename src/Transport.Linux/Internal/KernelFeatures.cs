@@ -1,0 +1,69 @@
+using Kestrel.Transport.Linux.Interop;
+
+namespace Kestrel.Transport.Linux.Internal;
+
+/// <summary>
+/// What this kernel (and the container around it) lets the transport use, found by trying each
+/// feature once on throw-away fds. The transport logs it at start-up and falls back where a
+/// feature is missing.
+/// </summary>
+internal sealed record KernelFeatures(
+    string? NativeEngineError,
+    bool ReusePort,
+    bool EpollExclusive,
+    int AioError,
+    bool ZeroCopy,
+    bool BusyPoll,
+    bool EpollBusyPollParameters)
+{
+    private const int SO_BUSY_POLL = 46;   // Linux 3.11, socket(7)
+    private const int SO_ZEROCOPY = 60;    // Linux 4.14, msg_zerocopy.rst
+
+    private static readonly Lazy<KernelFeatures> s_current = new(Probe);
+
+    public static KernelFeatures Current => s_current.Value;
+
+    public bool NativeEngine => NativeEngineError is null;
+
+    public bool Aio => AioError == 0;
+
+    public override string ToString() =>
+        $"native engine {(NativeEngine ? "yes" : $"no ({NativeEngineError}; managed P/Invoke path in use)")}, " +
+        $"SO_REUSEPORT {YesNo(ReusePort)}, EPOLLEXCLUSIVE {YesNo(EpollExclusive)}, " +
+        $"Linux AIO {(Aio ? "yes" : $"no ({(AioError < 0 ? "needs the native engine" : Errno.Describe(AioError))})")}, " +
+        $"MSG_ZEROCOPY {YesNo(ZeroCopy)}, SO_BUSY_POLL {YesNo(BusyPoll)}, epoll busy-poll parameters {YesNo(EpollBusyPollParameters)}";
+
+    private static string YesNo(bool value) => value ? "yes" : "no";
+
+    private static KernelFeatures Probe()
+    {
+        bool reusePort = false, zeroCopy = false, busyPoll = false, exclusive = false, epollParams = false;
+        int tcp = Interop.Socket.Create(Interop.Socket.AF_INET);
+        if (tcp >= 0)
+        {
+            reusePort = Interop.Socket.SetOption(tcp, Interop.Socket.SOL_SOCKET, Interop.Socket.SO_REUSEPORT, 1) == 0;
+            zeroCopy = Interop.Socket.SetOption(tcp, Interop.Socket.SOL_SOCKET, SO_ZEROCOPY, 1) == 0;
+            busyPoll = Interop.Socket.SetOption(tcp, Interop.Socket.SOL_SOCKET, SO_BUSY_POLL, 0) == 0;
+            LibC.CloseFd(tcp);
+        }
+
+        int epoll = Epoll.Create();
+        int eventFd = EventFd.Create();
+        if (epoll >= 0 && eventFd >= 0)
+        {
+            exclusive = Epoll.Control(epoll, Epoll.EPOLL_CTL_ADD, eventFd, Epoll.EPOLLIN | Epoll.EPOLLEXCLUSIVE) == 0;
+            epollParams = Epoll.GetBusyPollParameters(epoll, out _) == 0;
+        }
+
+        LibC.CloseFd(eventFd);
+        LibC.CloseFd(epoll);
+
+        int aioError = -1;
+        if (Interop.NativeEngine.IsSupported)
+        {
+            using var engine = BatchEngine.Create(preferNative: true, aioCapacity: 1, out aioError);
+        }
+
+        return new KernelFeatures(Interop.NativeEngine.LoadError, reusePort, exclusive, aioError, zeroCopy, busyPoll, epollParams);
+    }
+}

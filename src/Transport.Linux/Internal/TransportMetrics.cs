@@ -1,0 +1,116 @@
+using System.Diagnostics.Metrics;
+
+namespace Kestrel.Transport.Linux.Internal;
+
+/// <summary>
+/// The transport's meter, <c>Kestrel.Transport.Linux</c>. Totals that change every pass (passes,
+/// bytes) are plain fields on each loop, read by observable instruments only when someone collects,
+/// so an unobserved meter costs the loop nothing; per-pass histograms record only while a listener
+/// has enabled them.
+/// </summary>
+internal sealed class TransportMetrics : IDisposable
+{
+    public const string MeterName = "Kestrel.Transport.Linux";
+
+    private readonly Meter _meter;
+    private readonly Lock _gate = new();
+    private readonly List<EventLoop> _loops = [];
+
+    public TransportMetrics(IMeterFactory? meterFactory)
+    {
+        _meter = meterFactory?.Create(MeterName) ?? new Meter(MeterName);
+
+        CurrentConnections = _meter.CreateUpDownCounter<long>(
+            "kestrel.transport.linux.connections.current", "{connection}", "Connections open on the transport's loops.");
+        TotalConnections = _meter.CreateCounter<long>(
+            "kestrel.transport.linux.connections.accepted", "{connection}", "Connections accepted since start.");
+        AcceptErrors = _meter.CreateCounter<long>(
+            "kestrel.transport.linux.accept.errors", "{error}", "Failed accept4 calls, tagged with the errno name; the listener backs off and retries.");
+        AioFallbacks = _meter.CreateCounter<long>(
+            "kestrel.transport.linux.aio.fallbacks", "{loop}", "Loops that asked for Linux AIO and fell back to readv/writev.");
+        EventsPerPass = _meter.CreateHistogram<int>(
+            "kestrel.transport.linux.pass.events", "{event}", "epoll events handled by one loop pass.");
+        BytesPerPass = _meter.CreateHistogram<long>(
+            "kestrel.transport.linux.pass.bytes", "By", "Bytes received or sent by one loop pass's batch, tagged with the direction.");
+        SendQueueLength = _meter.CreateHistogram<int>(
+            "kestrel.transport.linux.send.queue_length", "{connection}", "Connections whose deferred sends one pass coalesced into its send batch.");
+
+        _meter.CreateObservableCounter("kestrel.transport.linux.loop.passes", () => Sum(static l => l.PassCount), "{pass}", "Event-loop passes (epoll_wait returns) since start.");
+        _meter.CreateObservableCounter("kestrel.transport.linux.bytes", ObserveBytes, "By", "Bytes received and sent, tagged with the direction.");
+    }
+
+    public UpDownCounter<long> CurrentConnections { get; }
+
+    public Counter<long> TotalConnections { get; }
+
+    public Counter<long> AcceptErrors { get; }
+
+    public Counter<long> AioFallbacks { get; }
+
+    public Histogram<int> EventsPerPass { get; }
+
+    public Histogram<long> BytesPerPass { get; }
+
+    public Histogram<int> SendQueueLength { get; }
+
+    public static readonly KeyValuePair<string, object?> Received = new("direction", "receive");
+
+    public static readonly KeyValuePair<string, object?> Sent = new("direction", "send");
+
+    public void Add(EventLoop loop)
+    {
+        lock (_gate)
+        {
+            _loops.Add(loop);
+        }
+    }
+
+    private long Sum(Func<EventLoop, long> read)
+    {
+        lock (_gate)
+        {
+            long total = _retired.Passes;
+            foreach (var loop in _loops)
+            {
+                total += read(loop);
+            }
+
+            return total;
+        }
+    }
+
+    private IEnumerable<Measurement<long>> ObserveBytes()
+    {
+        long received, sent;
+        lock (_gate)
+        {
+            received = _retired.Received;
+            sent = _retired.Sent;
+            foreach (var loop in _loops)
+            {
+                received += loop.BytesReceived;
+                sent += loop.BytesSent;
+            }
+        }
+
+        return [new Measurement<long>(received, Received), new Measurement<long>(sent, Sent)];
+    }
+
+    private (long Passes, long Received, long Sent) _retired;
+
+    /// <summary>Keeps a stopped loop's totals, so the counters stay monotonic.</summary>
+    public void Retire(EventLoop loop)
+    {
+        lock (_gate)
+        {
+            if (_loops.Remove(loop))
+            {
+                _retired = (_retired.Passes + loop.PassCount, _retired.Received + loop.BytesReceived, _retired.Sent + loop.BytesSent);
+            }
+        }
+    }
+
+    public static KeyValuePair<string, object?> ErrnoTag(string name) => new("error.type", name);
+
+    public void Dispose() => _meter.Dispose();
+}

@@ -1,0 +1,129 @@
+using System.Collections.Concurrent;
+using System.Diagnostics.Metrics;
+using System.Net;
+using System.Net.Sockets;
+using Kestrel.Transport.Linux.Internal;
+using Kestrel.Transport.Linux.Tests.Infrastructure;
+using Microsoft.Extensions.DependencyInjection;
+using Microsoft.Extensions.Logging.Abstractions;
+using Microsoft.Extensions.Options;
+
+namespace Kestrel.Transport.Linux.Tests.Diagnostics;
+
+/// <summary>The Kestrel.Transport.Linux meter, read the way dotnet-counters and OpenTelemetry read it: through a MeterListener.</summary>
+public sealed class MetricsTests
+{
+    [Fact]
+    public async Task The_meter_counts_connections_bytes_passes_and_batches()
+    {
+        using var services = new ServiceCollection().AddMetrics().BuildServiceProvider();
+        var meterFactory = services.GetRequiredService<IMeterFactory>();
+        using var recorder = new MeasurementRecorder(meterFactory);
+        var pool = new DiagnosticMemoryPoolFactory();
+        var options = new LinuxTransportOptions { ThreadCount = 2 };
+
+        var factory = new LinuxTransportFactory(Options.Create(options), NullLoggerFactory.Instance, pool, meterFactory);
+        await using (factory)
+        {
+            var listener = await factory.BindAsync(new IPEndPoint(IPAddress.Loopback, 0));
+            var clients = new List<Socket>();
+            var echoes = new List<Task>();
+            const int Connections = 3;
+            const int MessageLength = 10_000;
+            for (int i = 0; i < Connections; i++)
+            {
+                var client = await TestSockets.ConnectAsync(listener.EndPoint);
+                clients.Add(client);
+                var connection = (await listener.AcceptAsync().AsTask().WaitAsync(TestTimeouts.Default))!;
+                echoes.Add(connection.EchoAsync(TestTimeouts.Default).ContinueWith(_ => connection.DisposeAsync().AsTask()).Unwrap());
+                await client.SendAllAsync(TestData.Create((ulong)i, MessageLength));
+                await client.ReceiveExactlyAsync(new byte[MessageLength]);
+            }
+
+            recorder.Collect();
+            Assert.Equal(Connections, recorder.Sum("kestrel.transport.linux.connections.accepted"));
+            Assert.Equal(Connections, recorder.Sum("kestrel.transport.linux.connections.current"));
+            Assert.True(recorder.Last("kestrel.transport.linux.bytes", "receive") >= Connections * MessageLength);
+            Assert.True(recorder.Last("kestrel.transport.linux.bytes", "send") >= Connections * MessageLength);
+            Assert.True(recorder.Last("kestrel.transport.linux.loop.passes") > 0);
+            Assert.True(recorder.Count("kestrel.transport.linux.pass.events") > 0);
+            Assert.True(recorder.Sum("kestrel.transport.linux.pass.bytes") >= 2L * Connections * MessageLength);
+            Assert.True(recorder.Count("kestrel.transport.linux.send.queue_length") > 0);
+
+            foreach (var client in clients)
+            {
+                client.Shutdown(SocketShutdown.Send);
+                await client.ReceiveToEndAsync();
+                client.Dispose();
+            }
+
+            await Task.WhenAll(echoes).WaitAsync(TestTimeouts.Default);
+            Assert.Equal(0, recorder.Sum("kestrel.transport.linux.connections.current"));
+            await listener.DisposeAsync();
+        }
+
+        Assert.Equal(0, recorder.Sum("kestrel.transport.linux.aio.fallbacks"));
+        pool.AssertAllReturned();
+    }
+
+    [Fact]
+    public async Task Asking_for_AIO_without_the_native_engine_counts_one_fallback_per_loop()
+    {
+        using var services = new ServiceCollection().AddMetrics().BuildServiceProvider();
+        var meterFactory = services.GetRequiredService<IMeterFactory>();
+        using var recorder = new MeasurementRecorder(meterFactory);
+        var options = new LinuxTransportOptions { ThreadCount = 2, AioReceive = true, UseNativeEngine = false };
+
+        await using var factory = new LinuxTransportFactory(Options.Create(options), NullLoggerFactory.Instance, new DiagnosticMemoryPoolFactory(), meterFactory);
+        await using var listener = await factory.BindAsync(new IPEndPoint(IPAddress.Loopback, 0));
+
+        Assert.Equal(2, recorder.Sum("kestrel.transport.linux.aio.fallbacks"));
+        Assert.All(factory.Loops, loop => Assert.False(loop.UsesAio));
+    }
+
+    /// <summary>Records every measurement of the instruments created by one meter factory (so parallel tests don't mix).</summary>
+    private sealed class MeasurementRecorder : IDisposable
+    {
+        private readonly MeterListener _listener = new();
+        private readonly ConcurrentQueue<(string Name, double Value, string? Direction)> _measurements = new();
+
+        public MeasurementRecorder(IMeterFactory scope)
+        {
+            _listener.InstrumentPublished = (instrument, listener) =>
+            {
+                if (instrument.Meter.Scope == scope && instrument.Meter.Name == TransportMetrics.MeterName)
+                {
+                    listener.EnableMeasurementEvents(instrument);
+                }
+            };
+            _listener.SetMeasurementEventCallback<long>((i, v, tags, _) => Record(i, v, tags));
+            _listener.SetMeasurementEventCallback<int>((i, v, tags, _) => Record(i, v, tags));
+            _listener.Start();
+        }
+
+        public void Collect() => _listener.RecordObservableInstruments();
+
+        public long Sum(string name) => (long)_measurements.Where(m => m.Name == name).Sum(m => m.Value);
+
+        public int Count(string name) => _measurements.Count(m => m.Name == name);
+
+        public long Last(string name, string? direction = null)
+            => (long)_measurements.Where(m => m.Name == name && m.Direction == direction).Select(m => m.Value).LastOrDefault();
+
+        public void Dispose() => _listener.Dispose();
+
+        private void Record(Instrument instrument, double value, ReadOnlySpan<KeyValuePair<string, object?>> tags)
+        {
+            string? direction = null;
+            foreach (var tag in tags)
+            {
+                if (tag.Key == "direction")
+                {
+                    direction = tag.Value as string;
+                }
+            }
+
+            _measurements.Enqueue((instrument.Name, value, direction));
+        }
+    }
+}
