@@ -61,9 +61,24 @@ log "package $(basename "$NUPKG") (version $VERSION)"
 
 # ---- 2. package contents -------------------------------------------------------------------------
 contents="$(unzip -Z1 "$NUPKG")"
-for entry in "lib/net10.0/$PACKAGE_ID.dll" "runtimes/linux-x64/native/libktl_native.so" "README.md"; do
+for entry in "lib/net10.0/$PACKAGE_ID.dll" "runtimes/linux-x64/native/libktl_native.so" \
+    "runtimes/linux-arm64/native/libktl_native.so" "README.md"; do
     grep -Fxq "$entry" <<< "$contents" || fail "$(basename "$NUPKG") does not hold $entry. It holds:"$'\n'"$contents"
     log "package holds $entry"
+done
+
+# Each native asset is built for the architecture its runtimes/<rid>/ folder names.
+command -v readelf > /dev/null || fail "'readelf' is not installed (binutils; .ci/run installs it with gcc)."
+for pair in "linux-x64:X86-64" "linux-arm64:AArch64"; do
+    rid="${pair%%:*}"
+    machine="${pair#*:}"
+    entry="runtimes/$rid/native/libktl_native.so"
+    asset="$WORK_DIR/$rid-libktl_native.so"
+    unzip -p "$NUPKG" "$entry" > "$asset"
+    header="$(readelf -h "$asset")" || fail "readelf cannot read $entry."
+    grep -Eq "^[[:space:]]*Machine:.*[[:space:]]$machine\$" <<< "$header" \
+        || fail "$entry is not built for $machine (readelf: $(grep -E 'Class:|Machine:' <<< "$header" | tr -s ' ' | tr '\n' ';'))."
+    log "$entry is $machine"
 done
 
 # ---- 3. a consumer app outside the repository ---------------------------------------------------
