@@ -1,12 +1,17 @@
 using Kestrel.Transport.Linux;
+using LibuvComparator;
+using Microsoft.AspNetCore.Connections;
+using Microsoft.AspNetCore.DataProtection;
 using Microsoft.AspNetCore.Hosting.Server;
 using Microsoft.AspNetCore.Hosting.Server.Features;
+using Microsoft.AspNetCore.Server.Kestrel.Core;
 using Microsoft.AspNetCore.Server.Kestrel.Transport.Sockets;
 using Microsoft.Extensions.Options;
 using TechEmpower;
+using TechEmpower.Platform;
 
-// TechEmpower plaintext and JSON on Kestrel, over the Linux transport by default.
-// Run with --help for the options.
+// TechEmpower plaintext and JSON (and the app scenarios of the hosting-model comparisons) on Kestrel,
+// over the Linux transport by default. Run with --help for the options.
 
 if (!SampleOptions.TryParse(args, out var options, out var error))
 {
@@ -22,22 +27,35 @@ if (options.ShowHelp)
     return 0;
 }
 
-const string InlineCompletionsVariable = "DOTNET_SYSTEM_NET_SOCKETS_INLINE_COMPLETIONS";
-if (options.Transport == SampleTransport.Sockets
-    && options.Scheduling == SampleScheduling.Inline
-    && Environment.GetEnvironmentVariable(InlineCompletionsVariable) is null)
+// Where the Sockets transport's completions run, checked before Kestrel creates any socket.
+string? socketCompletions = null;
+if (options.Transport is SampleTransport.Sockets or SampleTransport.SocketsInline)
 {
-    // The Sockets transport's inline mode only pays off when socket completions also run on the
-    // epoll thread; the runtime reads this variable when it first creates its socket engine,
-    // which has not happened yet. An explicit value in the environment is left alone.
-    Environment.SetEnvironmentVariable(InlineCompletionsVariable, "1");
+    if (options.Transport == SampleTransport.SocketsInline && InlineCompletions.Request() is { } conflicting)
+    {
+        Console.Error.WriteLine(
+            $"error: transport 'sockets-inline' needs {InlineCompletions.Variable}=1, but the environment sets it to '{conflicting}'.");
+        return SampleOptions.UsageExitCode;
+    }
+
+    var inline = await InlineCompletions.ProbeAsync(TimeSpan.FromSeconds(10));
+    if (options.Transport == SampleTransport.SocketsInline && !inline)
+    {
+        Console.Error.WriteLine(
+            $"error: socket completions still run on the thread pool although {InlineCompletions.Variable}=1 was set "
+            + $"inside the process (this runtime read it earlier); start the sample with {InlineCompletions.Variable}=1 "
+            + "in its environment.");
+        return 1;
+    }
+
+    socketCompletions = inline ? "inline" : "threadpool";
 }
 
 // The command line is parsed above, so the host gets none of it; configuration still comes from
 // environment variables (for example Kestrel__LinuxTransport__AioReceive=true).
 var builder = WebApplication.CreateSlimBuilder();
+string? libuvVersion = null;
 builder.Logging.SetMinimumLevel(LogLevel.Warning);
-builder.WebHost.UseUrls(options.Urls);
 
 switch (options.Transport)
 {
@@ -59,6 +77,7 @@ switch (options.Transport)
         break;
 
     case SampleTransport.Sockets:
+    case SampleTransport.SocketsInline:
         builder.WebHost.UseSockets(o =>
         {
             if (options.Threads is int threads)
@@ -66,36 +85,138 @@ switch (options.Transport)
                 o.IOQueueCount = threads;
             }
 
-            if (options.Scheduling is SampleScheduling scheduling)
+            o.UnsafePreferInlineScheduling = options.Transport == SampleTransport.SocketsInline;
+        });
+        break;
+
+    case SampleTransport.Libuv:
+        try
+        {
+            libuvVersion = LibuvComparatorOptions.LibuvVersion;
+        }
+        catch (DllNotFoundException)
+        {
+            Console.Error.WriteLine("error: transport 'libuv' needs libuv.so.1: install it with 'apt-get install libuv1'.");
+            return 1;
+        }
+
+        builder.WebHost.UseLibuvComparator(o =>
+        {
+            if (options.Threads is int threads)
             {
-                o.UnsafePreferInlineScheduling = scheduling == SampleScheduling.Inline;
+                o.ThreadCount = threads;
             }
         });
+
         break;
 }
 
-var app = builder.Build();
-app.Run(TechEmpowerMiddleware.Invoke);
-
-await app.StartAsync();
-
-// The hot path logs nothing; this one line says what is running.
-var addresses = app.Services.GetRequiredService<IServer>().Features.Get<IServerAddressesFeature>()?.Addresses;
-var urls = addresses is { Count: > 0 } ? string.Join(", ", addresses) : options.Urls;
-if (options.Transport == SampleTransport.Linux)
+WebApplication app;
+if (options.Mode == SampleMode.Middleware)
 {
-    var linux = app.Services.GetRequiredService<IOptions<LinuxTransportOptions>>().Value;
-    Console.WriteLine(
-        $"TechEmpower: transport=linux threads={linux.ThreadCount} scheduling={linux.ApplicationSchedulingMode} urls={urls}");
+    builder.WebHost.UseUrls(options.Urls);
+
+    // MVC brings antiforgery, which brings Data Protection; the views post nothing, so its keys
+    // stay in memory instead of being written to the user's profile on every start.
+    builder.Services.AddDataProtection().UseEphemeralDataProtectionProvider();
+    builder.Services
+        .AddControllersWithViews()
+        .AddXmlSerializerFormatters()
+        .AddJsonOptions(o => o.JsonSerializerOptions.TypeInfoResolverChain.Insert(0, TechEmpowerJsonContext.Default));
+
+    app = builder.Build();
+
+    // Plaintext and JSON first, so they never reach routing or MVC. Routing, authentication and
+    // authorization (which MVC registers) are placed explicitly: otherwise WebApplication adds them
+    // itself, in front of this middleware.
+    app.Use(TechEmpowerMiddleware.Create);
+    app.UseRouting();
+    app.UseAuthentication();
+    app.UseAuthorization();
+    app.MapControllers();
 }
 else
 {
-    var sockets = app.Services.GetRequiredService<IOptions<SocketTransportOptions>>().Value;
-    var inline = sockets.UnsafePreferInlineScheduling;
-    var completions = Environment.GetEnvironmentVariable(InlineCompletionsVariable) == "1" ? "inline" : "threadpool";
-    Console.WriteLine(
-        $"TechEmpower: transport=sockets threads={sockets.IOQueueCount} scheduling={(inline ? "Inline" : "ThreadPool")} socket-completions={completions} urls={urls}");
+    builder.Services.AddSingleton(_ => new DateHeader(TimeProvider.System));
+    builder.WebHost.ConfigureKestrel(kestrel =>
+    {
+        foreach (var url in options.ListenUrls)
+        {
+            Listen(kestrel, url, listen => listen.UseConnectionHandler<PlatformConnectionHandler>());
+        }
+    });
+
+    // Kestrel still wants an HTTP application, but every endpoint's connections go to the handler.
+    app = builder.Build();
+}
+
+try
+{
+    await app.StartAsync();
+}
+catch (Exception e) when (e is IOException or InvalidOperationException or DllNotFoundException)
+{
+    Console.Error.WriteLine($"error: the server did not start: {e.Message}");
+    if (e.Message.Contains("unix:", StringComparison.Ordinal))
+    {
+        // Kestrel's Sockets transport (which also serves libuv's Unix endpoints) never removes a socket
+        // file left by a server that was killed; the Linux transport replaces it.
+        Console.Error.WriteLine("hint: if no server is running there, remove the stale socket file and start again.");
+    }
+
+    return 1;
+}
+
+// The hot path logs nothing; this one line says what is running and where (with the real ports
+// when the URLs asked for port 0).
+var addresses = app.Services.GetRequiredService<IServer>().Features.Get<IServerAddressesFeature>()?.Addresses;
+var urls = addresses is { Count: > 0 } ? string.Join(", ", addresses) : options.Urls;
+string transport;
+switch (options.Transport)
+{
+    case SampleTransport.Linux:
+        var linux = app.Services.GetRequiredService<IOptions<LinuxTransportOptions>>().Value;
+        transport = $"transport=linux threads={linux.ThreadCount} scheduling={linux.ApplicationSchedulingMode}";
+        break;
+
+    case SampleTransport.Sockets:
+    case SampleTransport.SocketsInline:
+        var sockets = app.Services.GetRequiredService<IOptions<SocketTransportOptions>>().Value;
+        transport = $"transport={options.TransportName} threads={sockets.IOQueueCount} "
+            + $"scheduling={(sockets.UnsafePreferInlineScheduling ? "Inline" : "ThreadPool")} socket-completions={socketCompletions}";
+        break;
+
+    default:
+        var libuv = app.Services.GetRequiredService<IOptions<LibuvComparatorOptions>>().Value;
+        transport = $"transport=libuv (libuv {libuvVersion} comparator) threads={libuv.ThreadCount}";
+        break;
+}
+
+Console.WriteLine($"TechEmpower: {transport} mode={options.ModeName} urls={urls}");
+if (options.Transport == SampleTransport.Libuv && options.ListenUrls.Any(u => u.Kind == ListenUrlKind.UnixSocket))
+{
+    // The comparator binds IP endpoints only; Kestrel gives the others to its Sockets transport.
+    Console.WriteLine("note: the libuv comparator binds IP endpoints only; Unix socket URLs are served by Kestrel's Sockets transport.");
 }
 
 await app.WaitForShutdownAsync();
 return 0;
+
+static void Listen(KestrelServerOptions kestrel, ListenUrl url, Action<ListenOptions> configure)
+{
+    switch (url.Kind)
+    {
+        case ListenUrlKind.UnixSocket:
+            kestrel.ListenUnixSocket(url.SocketPath!, configure);
+            break;
+        case ListenUrlKind.AnyAddress:
+            kestrel.ListenAnyIP(url.Port, configure);
+            break;
+        case ListenUrlKind.Localhost:
+            kestrel.ListenLocalhost(url.Port, configure);
+            break;
+        default:
+            kestrel.Listen(url.Address!, url.Port, configure);
+            break;
+    }
+}

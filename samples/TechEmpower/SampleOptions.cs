@@ -9,8 +9,17 @@ public enum SampleTransport
     /// <summary>Kestrel.Transport.Linux (the default).</summary>
     Linux,
 
-    /// <summary>Kestrel's built-in Sockets transport, for comparison.</summary>
+    /// <summary>Kestrel's built-in Sockets transport with its default options.</summary>
     Sockets,
+
+    /// <summary>
+    /// The Sockets transport tuned as TechEmpower's aspnetcore entry runs it:
+    /// <c>UnsafePreferInlineScheduling</c> plus <c>DOTNET_SYSTEM_NET_SOCKETS_INLINE_COMPLETIONS=1</c>.
+    /// </summary>
+    SocketsInline,
+
+    /// <summary>The libuv comparator (benchmarks/LibuvComparator), a libuv-based transport for comparison.</summary>
+    Libuv,
 }
 
 /// <summary>Where application continuations run.</summary>
@@ -21,15 +30,31 @@ public enum SampleScheduling
 
     /// <summary>
     /// Continuations run on the I/O thread: the Linux transport's Inline mode, or the Sockets
-    /// transport's <c>UnsafePreferInlineScheduling</c>.
+    /// transport's <c>UnsafePreferInlineScheduling</c> (which is <see cref="SampleTransport.SocketsInline"/>).
     /// </summary>
     Inline,
 }
 
+/// <summary>What serves the requests.</summary>
+public enum SampleMode
+{
+    /// <summary>
+    /// Kestrel's HTTP stack: /plaintext and /json as a terminal middleware in front of MVC, which serves
+    /// /text, /json-object, /xml, /html and /api/test.
+    /// </summary>
+    Middleware,
+
+    /// <summary>
+    /// A connection handler on the transport's pipes that parses HTTP/1.1 itself (as TechEmpower's
+    /// platform entries do): /plaintext and /json only.
+    /// </summary>
+    Platform,
+}
+
 /// <summary>
-/// The sample's command line: <c>--urls URL</c>, <c>--transport linux|sockets</c>,
-/// <c>--threads N</c>, <c>--scheduling threadpool|inline</c>, <c>--help</c>.
-/// Both <c>--name value</c> and <c>--name=value</c> are accepted; a repeated option keeps its last value.
+/// The sample's command line: <c>--urls</c>, <c>--transport</c>, <c>--threads</c>, <c>--scheduling</c>,
+/// <c>--mode</c>, <c>--help</c>. Both <c>--name value</c> and <c>--name=value</c> are accepted; a repeated
+/// option keeps its last value. Unknown options, unknown values and contradictory combinations are errors.
 /// </summary>
 public sealed class SampleOptions
 {
@@ -47,21 +72,36 @@ public sealed class SampleOptions
         """
         Usage: TechEmpower [options]
 
-          --urls URL[;URL...]            Addresses to listen on (default: http://*:8080).
-          --transport linux|sockets      Kestrel transport (default: linux).
-          --threads N                    Linux: ThreadCount (event-loop threads);
-                                         sockets: IOQueueCount. Default: the transport's own.
-          --scheduling threadpool|inline Linux: ApplicationSchedulingMode; sockets: inline sets
-                                         UnsafePreferInlineScheduling and inline socket completions.
-                                         Default: the transport's own (thread pool).
-          -h, --help                     Show this help.
+          --urls URL[;URL...]        Addresses to listen on (default: http://*:8080). Forms:
+                                     http://*:PORT, http://localhost:PORT, http://IPv4:PORT,
+                                     http://[IPv6]:PORT, http://unix:/PATH. Port 0 picks a free port;
+                                     the startup line prints the bound addresses.
+          --transport NAME           linux (default): Kestrel.Transport.Linux;
+                                     sockets: Kestrel's Sockets transport, default options;
+                                     sockets-inline: Sockets with UnsafePreferInlineScheduling and
+                                       DOTNET_SYSTEM_NET_SOCKETS_INLINE_COMPLETIONS=1 (TechEmpower's tuning);
+                                     libuv: the libuv comparator (needs libuv1 installed).
+          --threads N                linux: ThreadCount (event-loop threads); sockets, sockets-inline:
+                                     IOQueueCount; libuv: ThreadCount. Default: the transport's own.
+          --scheduling threadpool|inline
+                                     linux: ApplicationSchedulingMode (default threadpool).
+                                     sockets: inline means sockets-inline. Not for libuv.
+          --mode middleware|platform middleware (default): Kestrel's HTTP stack; /plaintext and /json
+                                       as terminal middleware, then MVC for /text, /json-object, /xml,
+                                       /html and /api/test.
+                                     platform: a connection handler that parses HTTP/1.1 on the
+                                       transport's pipes; /plaintext and /json only.
+          -h, --help                 Show this help.
 
         Other Linux transport options bind from configuration, for example the environment variable
         Kestrel__LinuxTransport__AioReceive=true.
         """;
 
-    /// <summary>The URLs to listen on, separated by ';'.</summary>
+    /// <summary>The URLs to listen on, as given, separated by ';'.</summary>
     public string Urls { get; private set; } = DefaultUrls;
+
+    /// <summary>The parsed form of <see cref="Urls"/>.</summary>
+    public IReadOnlyList<ListenUrl> ListenUrls { get; private set; } = [];
 
     /// <summary>The transport to use.</summary>
     public SampleTransport Transport { get; private set; } = SampleTransport.Linux;
@@ -69,11 +109,29 @@ public sealed class SampleOptions
     /// <summary>The number of I/O threads, or null for the transport's default.</summary>
     public int? Threads { get; private set; }
 
-    /// <summary>The scheduling mode, or null for the transport's default.</summary>
+    /// <summary>
+    /// The scheduling mode, or null for the transport's default. Always <see cref="SampleScheduling.Inline"/>
+    /// for <see cref="SampleTransport.SocketsInline"/>.
+    /// </summary>
     public SampleScheduling? Scheduling { get; private set; }
+
+    /// <summary>What serves the requests.</summary>
+    public SampleMode Mode { get; private set; } = SampleMode.Middleware;
 
     /// <summary>True when <c>--help</c> was given: print <see cref="Usage"/> and exit 0.</summary>
     public bool ShowHelp { get; private set; }
+
+    /// <summary>The transport's name as the command line spells it.</summary>
+    public string TransportName => Transport switch
+    {
+        SampleTransport.Sockets => "sockets",
+        SampleTransport.SocketsInline => "sockets-inline",
+        SampleTransport.Libuv => "libuv",
+        _ => "linux",
+    };
+
+    /// <summary>The mode's name as the command line spells it.</summary>
+    public string ModeName => Mode == SampleMode.Platform ? "platform" : "middleware";
 
     /// <summary>Parses the command line.</summary>
     /// <param name="args">The arguments, without the program name.</param>
@@ -147,8 +205,14 @@ public sealed class SampleOptions
                         case "SOCKETS":
                             result.Transport = SampleTransport.Sockets;
                             break;
+                        case "SOCKETS-INLINE":
+                            result.Transport = SampleTransport.SocketsInline;
+                            break;
+                        case "LIBUV":
+                            result.Transport = SampleTransport.Libuv;
+                            break;
                         default:
-                            error = $"Unknown transport '{value}': expected 'linux' or 'sockets'.";
+                            error = $"Unknown transport '{value}': expected 'linux', 'sockets', 'sockets-inline' or 'libuv'.";
                             return false;
                     }
 
@@ -181,12 +245,55 @@ public sealed class SampleOptions
 
                     break;
 
+                case "MODE":
+                    switch (value.ToUpperInvariant())
+                    {
+                        case "MIDDLEWARE":
+                            result.Mode = SampleMode.Middleware;
+                            break;
+                        case "PLATFORM":
+                            result.Mode = SampleMode.Platform;
+                            break;
+                        default:
+                            error = $"Unknown mode '{value}': expected 'middleware' or 'platform'.";
+                            return false;
+                    }
+
+                    break;
+
                 default:
                     error = $"Unknown option '--{name}'.";
                     return false;
             }
         }
 
+        // The combinations are checked once every option is known, so their order does not matter.
+        switch (result.Transport)
+        {
+            case SampleTransport.Sockets when result.Scheduling == SampleScheduling.Inline:
+                // The older spelling of the same configuration.
+                result.Transport = SampleTransport.SocketsInline;
+                break;
+
+            case SampleTransport.SocketsInline when result.Scheduling == SampleScheduling.ThreadPool:
+                error = "Transport 'sockets-inline' always schedules inline: drop '--scheduling threadpool' or use '--transport sockets'.";
+                return false;
+
+            case SampleTransport.SocketsInline:
+                result.Scheduling = SampleScheduling.Inline;
+                break;
+
+            case SampleTransport.Libuv when result.Scheduling is not null:
+                error = "Option '--scheduling' does not apply to the libuv transport.";
+                return false;
+        }
+
+        if (!ListenUrl.TryParseList(result.Urls, out var listenUrls, out error))
+        {
+            return false;
+        }
+
+        result.ListenUrls = listenUrls;
         options = result;
         return true;
     }

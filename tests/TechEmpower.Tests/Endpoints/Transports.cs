@@ -1,0 +1,24 @@
+using TechEmpower.Tests.Infrastructure;
+
+namespace TechEmpower.Tests.Endpoints;
+
+// One test class per transport and mode: xunit runs each class as its own collection, in parallel
+// with the others, and each shares one running sample (its class fixture) across its tests.
+
+public sealed class Linux_middleware(LinuxMiddlewareFixture sample) : MiddlewareEndpoints<LinuxMiddlewareFixture>(sample);
+
+public sealed class Linux_platform(LinuxPlatformFixture sample) : PlatformEndpoints<LinuxPlatformFixture>(sample);
+
+public sealed class Sockets_middleware(SocketsMiddlewareFixture sample) : MiddlewareEndpoints<SocketsMiddlewareFixture>(sample);
+
+public sealed class Sockets_platform(SocketsPlatformFixture sample) : PlatformEndpoints<SocketsPlatformFixture>(sample);
+
+public sealed class Sockets_inline_middleware(SocketsInlineMiddlewareFixture sample)
+    : MiddlewareEndpoints<SocketsInlineMiddlewareFixture>(sample);
+
+public sealed class Sockets_inline_platform(SocketsInlinePlatformFixture sample)
+    : PlatformEndpoints<SocketsInlinePlatformFixture>(sample);
+
+public sealed class Libuv_middleware(LibuvMiddlewareFixture sample) : MiddlewareEndpoints<LibuvMiddlewareFixture>(sample);
+
+public sealed class Libuv_platform(LibuvPlatformFixture sample) : PlatformEndpoints<LibuvPlatformFixture>(sample);

@@ -1,0 +1,172 @@
+using System.Diagnostics;
+using System.Net;
+using System.Runtime.InteropServices;
+using System.Text.RegularExpressions;
+
+namespace TechEmpower.Tests.Infrastructure;
+
+/// <summary>
+/// One running sample per transport and mode, shared by a test class: started once, listening on a
+/// kernel-picked loopback port and on a Unix socket, and killed (with its process tree) at the end.
+/// Its first request is the readiness check, and its Date header is kept for the 3-second Date test.
+/// </summary>
+public abstract class SampleFixture : IAsyncLifetime, IAsyncDisposable
+{
+    private SampleProcess? _sample;
+    private HttpClient? _client;
+
+    /// <summary>Configures the sample to start.</summary>
+    /// <param name="transport">The <c>--transport</c> value.</param>
+    /// <param name="mode">The <c>--mode</c> value.</param>
+    protected SampleFixture(string transport, string mode)
+    {
+        Transport = transport;
+        Mode = mode;
+        UnixSocketPath = Path.Combine(Path.GetTempPath(), $"te-tests-{Environment.ProcessId}-{transport}-{mode}.sock");
+    }
+
+    /// <summary>The <c>--transport</c> value.</summary>
+    public string Transport { get; }
+
+    /// <summary>The <c>--mode</c> value.</summary>
+    public string Mode { get; }
+
+    /// <summary>The Unix socket the sample listens on besides TCP.</summary>
+    public string UnixSocketPath { get; }
+
+    /// <summary>The running sample.</summary>
+    public SampleProcess Sample => _sample ?? throw new InvalidOperationException("The sample has not started.");
+
+    /// <summary>The loopback URL the sample reported, with its real port.</summary>
+    public string TcpUrl => Sample.Urls.Single(u => u.StartsWith("http://127.0.0.1:", StringComparison.Ordinal));
+
+    /// <summary>The Unix socket URL the sample reported.</summary>
+    public string UnixUrl => Sample.Urls.Single(u => u.StartsWith("http://unix:", StringComparison.Ordinal));
+
+    /// <summary>An HTTP/1.1 client for <see cref="TcpUrl"/>.</summary>
+    public HttpClient Client => _client ?? throw new InvalidOperationException("The sample has not started.");
+
+    /// <summary>The Date header of the first response.</summary>
+    public string FirstDate { get; private set; } = "";
+
+    /// <summary>When the first response arrived (a <see cref="Stopwatch"/> timestamp).</summary>
+    public long FirstDateTimestamp { get; private set; }
+
+    /// <summary>What the startup line must match, beyond the mode and URLs.</summary>
+    public abstract Regex ExpectedTransport { get; }
+
+    /// <inheritdoc />
+    public async Task InitializeAsync()
+    {
+        CheckPrerequisites();
+        File.Delete(UnixSocketPath);
+
+        _sample = await SampleProcess.StartAsync(
+            ["--urls", $"http://127.0.0.1:0;http://unix:{UnixSocketPath}", "--transport", Transport, "--mode", Mode],
+            new Dictionary<string, string?>
+            {
+                // sockets-inline must set this for itself; the others must run without it.
+                ["DOTNET_SYSTEM_NET_SOCKETS_INLINE_COMPLETIONS"] = null,
+            });
+
+        _client = new HttpClient(new SocketsHttpHandler { AllowAutoRedirect = false, UseCookies = false })
+        {
+            BaseAddress = new Uri(TcpUrl),
+            Timeout = TestTimeouts.Request,
+            DefaultRequestVersion = HttpVersion.Version11,
+            DefaultVersionPolicy = HttpVersionPolicy.RequestVersionExact,
+        };
+
+        using var first = await _client.GetAsync(new Uri("/plaintext", UriKind.Relative));
+        first.EnsureSuccessStatusCode();
+        FirstDateTimestamp = Stopwatch.GetTimestamp();
+        FirstDate = first.Headers.NonValidated["Date"].ToString();
+    }
+
+    /// <inheritdoc />
+    Task IAsyncLifetime.DisposeAsync() => DisposeAsync().AsTask();
+
+    /// <inheritdoc />
+    public async ValueTask DisposeAsync()
+    {
+        _client?.Dispose();
+        if (_sample is not null)
+        {
+            await _sample.DisposeAsync();
+        }
+
+        File.Delete(UnixSocketPath);
+        GC.SuppressFinalize(this);
+    }
+
+    /// <summary>Fails start-up with an actionable message when the machine lacks something.</summary>
+    protected virtual void CheckPrerequisites()
+    {
+    }
+}
+
+/// <summary>The Linux transport (the sample's default).</summary>
+public abstract class LinuxFixture(string mode) : SampleFixture("linux", mode)
+{
+    /// <inheritdoc />
+    public override Regex ExpectedTransport { get; } = new(@"^TechEmpower: transport=linux threads=\d+ scheduling=ThreadPool ");
+}
+
+/// <summary>Kestrel's Sockets transport, default options.</summary>
+public abstract class SocketsFixture(string mode) : SampleFixture("sockets", mode)
+{
+    /// <inheritdoc />
+    public override Regex ExpectedTransport { get; } =
+        new(@"^TechEmpower: transport=sockets threads=\d+ scheduling=ThreadPool socket-completions=threadpool ");
+}
+
+/// <summary>The Sockets transport with inline scheduling and inline socket completions, which the sample turns on itself.</summary>
+public abstract class SocketsInlineFixture(string mode) : SampleFixture("sockets-inline", mode)
+{
+    /// <inheritdoc />
+    public override Regex ExpectedTransport { get; } =
+        new(@"^TechEmpower: transport=sockets-inline threads=\d+ scheduling=Inline socket-completions=inline ");
+}
+
+/// <summary>The libuv comparator, which needs the system's libuv1.</summary>
+public abstract class LibuvFixture(string mode) : SampleFixture("libuv", mode)
+{
+    /// <summary>What to do when libuv is missing.</summary>
+    public const string InstallHint = "libuv.so.1 cannot be loaded: install it with 'apt-get install libuv1' (.ci/run installs it).";
+
+    /// <inheritdoc />
+    public override Regex ExpectedTransport { get; } =
+        new(@"^TechEmpower: transport=libuv \(libuv \d+\.\d+\.\d+ comparator\) threads=\d+ ");
+
+    /// <summary>Fails with <see cref="InstallHint"/> unless libuv.so.1 loads.</summary>
+    public static void RequireLibuv()
+    {
+        if (!NativeLibrary.TryLoad("libuv.so.1", out var handle))
+        {
+            throw new InvalidOperationException(InstallHint);
+        }
+
+        NativeLibrary.Free(handle);
+    }
+
+    /// <inheritdoc />
+    protected override void CheckPrerequisites() => RequireLibuv();
+}
+
+#pragma warning disable CA1711 // The suffix says what these are: xunit class fixtures.
+public sealed class LinuxMiddlewareFixture() : LinuxFixture("middleware");
+
+public sealed class LinuxPlatformFixture() : LinuxFixture("platform");
+
+public sealed class SocketsMiddlewareFixture() : SocketsFixture("middleware");
+
+public sealed class SocketsPlatformFixture() : SocketsFixture("platform");
+
+public sealed class SocketsInlineMiddlewareFixture() : SocketsInlineFixture("middleware");
+
+public sealed class SocketsInlinePlatformFixture() : SocketsInlineFixture("platform");
+
+public sealed class LibuvMiddlewareFixture() : LibuvFixture("middleware");
+
+public sealed class LibuvPlatformFixture() : LibuvFixture("platform");
+#pragma warning restore CA1711

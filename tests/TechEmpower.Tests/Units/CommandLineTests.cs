@@ -1,0 +1,41 @@
+using TechEmpower.Tests.Infrastructure;
+
+namespace TechEmpower.Tests.Units;
+
+/// <summary>The built sample's exit codes: the same parser, seen from a shell.</summary>
+public sealed class CommandLineTests
+{
+    [Theory]
+    [InlineData("Unknown transport 'uring'", "--transport", "uring")]
+    [InlineData("Unknown mode 'raw'", "--mode", "raw")]
+    [InlineData("Invalid thread count '0'", "--threads", "0")]
+    [InlineData("Unknown option '--port'", "--port", "80")]
+    public async Task Bad_command_lines_exit_2_with_the_error_and_the_usage(string message, params string[] args)
+    {
+        var (exitCode, output) = await SampleProcess.RunToExitAsync(args);
+        Assert.Equal(SampleOptions.UsageExitCode, exitCode);
+        Assert.Contains($"error: {message}", output, StringComparison.Ordinal);
+        Assert.Contains("Usage: TechEmpower", output, StringComparison.Ordinal);
+    }
+
+    [Fact]
+    public async Task Help_exits_0_with_the_usage()
+    {
+        var (exitCode, output) = await SampleProcess.RunToExitAsync(["--help"]);
+        Assert.Equal(0, exitCode);
+        Assert.Contains("--transport NAME", output, StringComparison.Ordinal);
+    }
+
+    [Fact]
+    public async Task Sockets_inline_refuses_an_environment_that_turns_inline_completions_off()
+    {
+        var (exitCode, output) = await SampleProcess.RunToExitAsync(
+            ["--transport", "sockets-inline", "--urls", "http://127.0.0.1:0"],
+            new Dictionary<string, string?> { ["DOTNET_SYSTEM_NET_SOCKETS_INLINE_COMPLETIONS"] = "0" });
+        Assert.Equal(SampleOptions.UsageExitCode, exitCode);
+        Assert.Contains("DOTNET_SYSTEM_NET_SOCKETS_INLINE_COMPLETIONS=1", output, StringComparison.Ordinal);
+    }
+
+    [Fact]
+    public void Libuv_is_installed() => LibuvFixture.RequireLibuv();
+}
