@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The repository's one test command: ./test.sh
 #   1. builds the solution in Release,
-#   2. builds and runs the native C tests with CTest,
+#   2. builds and runs the native C tests with CTest, then (with aarch64-linux-gnu-gcc and
+#      qemu-aarch64 on PATH) cross-builds them for linux-arm64 and runs them under qemu-user,
 #   3. runs every xunit project under tests/ (dotnet test --no-build),
 #   4. runs the package consumer check (tests/consumer/run.sh).
 # Steps 2-4 all run even when one fails; the script exits non-zero when anything failed and ends
@@ -14,6 +15,7 @@ export DOTNET_CLI_TELEMETRY_OPTOUT=1 DOTNET_NOLOGO=1 DOTNET_SKIP_FIRST_TIME_EXPE
 SOLUTION=Kestrel.Transport.Linux.slnx
 RESULTS_DIR=artifacts/test-results
 NATIVE_BUILD_DIR=artifacts/native/obj/ctest
+NATIVE_ARM64_BUILD_DIR=artifacts/native/obj/ctest-arm64
 
 passed=0
 failed=0
@@ -24,10 +26,10 @@ record_failure() { failures+=("$1"); }
 
 [[ -f "$SOLUTION" ]] || { echo "test.sh: $SOLUTION is missing." >&2; exit 1; }
 
-# Every project under tests/ must be in the solution, or --no-build below would test stale output.
+# Every test project (tests/*/, benchmarks/*.Tests/) must be in the solution, or --no-build below would test stale output.
 missing=()
 shopt -s nullglob
-test_projects=(tests/*/*.csproj)
+test_projects=(tests/*/*.csproj benchmarks/*.Tests/*.csproj)
 shopt -u nullglob
 for project in "${test_projects[@]}"; do
     grep -Fq "Path=\"$project\"" "$SOLUTION" || missing+=("$project")
@@ -66,6 +68,42 @@ fi
 if (( ctest_ok == 0 )) && [[ -z "$counts" || "${native_failed:-0}" -eq 0 ]]; then
     failed=$((failed + 1))
     record_failure "native ctest (did not build or run)"
+fi
+
+# ---- 2b. native tests for linux-arm64 under qemu-user --------------------------------------------
+# Cross-built with aarch64-linux-gnu-gcc and run by ctest through qemu-aarch64. qemu-user does not
+# implement Linux AIO (io_setup fails with ENOSYS), so the AIO suites run with
+# KTL_TEST_ALLOW_NO_AIO=1 here and check the synchronous fallback; the x64 run above insists on AIO.
+section "native tests for linux-arm64 (ctest under qemu-aarch64)"
+if command -v aarch64-linux-gnu-gcc > /dev/null 2>&1 && command -v qemu-aarch64 > /dev/null 2>&1; then
+    arm64_log="$RESULTS_DIR/ctest-arm64.log"
+    rm -f "$arm64_log"
+    if timeout 10m cmake -S src/Native -B "$NATIVE_ARM64_BUILD_DIR" -DCMAKE_BUILD_TYPE=Release \
+        -DCMAKE_TOOLCHAIN_FILE="$PWD/src/Native/toolchains/aarch64-linux-gnu.cmake" \
+        "-DCMAKE_CROSSCOMPILING_EMULATOR=qemu-aarch64;-L;/usr/aarch64-linux-gnu" \
+        && timeout 15m cmake --build "$NATIVE_ARM64_BUILD_DIR" -j2 \
+        && KTL_TEST_ALLOW_NO_AIO=1 timeout 15m ctest --test-dir "$NATIVE_ARM64_BUILD_DIR" --output-on-failure 2>&1 | tee "$arm64_log"; then
+        arm64_ok=1
+    else
+        arm64_ok=0
+    fi
+    counts="$(sed -n 's/.*tests passed, \([0-9][0-9]*\) tests failed out of \([0-9][0-9]*\).*/\1 \2/p' "$arm64_log" 2> /dev/null | tail -n 1)"
+    if [[ -n "$counts" ]]; then
+        read -r arm64_failed arm64_total <<< "$counts"
+        passed=$((passed + arm64_total - arm64_failed))
+        failed=$((failed + arm64_failed))
+        (( arm64_failed == 0 )) || record_failure "native ctest linux-arm64 ($arm64_failed failed)"
+    fi
+    if (( arm64_ok == 0 )) && [[ -z "$counts" || "${arm64_failed:-0}" -eq 0 ]]; then
+        failed=$((failed + 1))
+        record_failure "native ctest linux-arm64 (did not build or run)"
+    fi
+elif [[ "${KTL_REQUIRE_ARM64:-0}" == "1" ]]; then
+    echo "test.sh: KTL_REQUIRE_ARM64=1 but aarch64-linux-gnu-gcc or qemu-aarch64 is missing (apt-get install gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user)."
+    failed=$((failed + 1))
+    record_failure "native ctest linux-arm64 (cross compiler or qemu-aarch64 missing)"
+else
+    echo "test.sh: SKIPPED the linux-arm64 native tests: aarch64-linux-gnu-gcc or qemu-aarch64 is not on PATH (apt-get install gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user)."
 fi
 
 # ---- 3. xunit suites -----------------------------------------------------------------------------

@@ -1,0 +1,1142 @@
+"""The benchmark runner behind benchmarks/compare.sh (which builds everything, then runs this).
+
+It measures server configurations side by side on a shared, noisy machine, so:
+  - every configuration runs as its own process, alone on the server CPUs, and is restarted for
+    every round;
+  - configurations are interleaved round by round (the order rotates each round), and the report
+    gives medians and min-max over rounds, never a single run;
+  - every server's answers are verified before any load is put on it;
+  - next to requests/s it records the server's CPU time per request, read from /proc.
+
+Phases (each its own interleaved rounds):
+  main     wrk scenarios against every configuration, pinned (server CPUs vs load CPUs);
+  latency  open-loop latency with benchmarks/loadgen at a fixed rate;
+  hosting  Kestrel direct, behind nginx (TCP and Unix-socket upstream) and behind Caddy;
+  sweep    ThreadCount 1/2/4, unpinned.
+
+Results go to --out: results.json (every measurement), then report.py writes report.md,
+results.csv and the charts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import datetime
+import json
+import os
+import platform
+import random
+import re
+import resource
+import shlex
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.dont_write_bytecode = True   # no __pycache__ in the source tree
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import report  # noqa: E402
+import verify  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+LIB = ROOT / "benchmarks" / "lib"
+BIN = ROOT / "artifacts" / "benchmarks" / "bin"
+SAMPLE_DLL = ROOT / "samples" / "TechEmpower" / "bin" / "Release" / "net10.0" / "TechEmpower.dll"
+PIPELINE_LUA = LIB / "pipeline.lua"
+USAGE_EXIT_CODE = 2                 # the sample's exit code for a command line it does not accept
+STARTUP_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 5.0
+ERROR_TOLERANCE = 0.001            # --quick fails when errors exceed 0.1% of a measurement's requests
+STRIPPED_ENV_PREFIXES = ("Kestrel__", "ASPNETCORE_", "DOTNET_SYSTEM_NET_SOCKETS_")
+CORE_PATHS = ["/plaintext", "/json"]
+APP_PATHS = ["/text", "/json-object", "/xml", "/html", "/api/test"]
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+class Interrupted(Exception):
+    pass
+
+
+# ---- configurations and scenarios -----------------------------------------------------------
+
+@dataclass
+class Config:
+    name: str
+    kind: str                                  # "kestrel" or "ceiling"
+    env: dict[str, str]
+    alternatives: list[list[str]]              # sample argument lists, tried in order
+    line: str
+    optional: bool = False                     # a start failure means "unavailable", not "failed"
+
+    def describe(self) -> str:
+        if self.kind == "ceiling":
+            return "benchmarks/ceiling (raw C epoll server)"
+        return " || ".join(" ".join(a) for a in self.alternatives)
+
+
+def parse_config_line(line: str) -> Config | None:
+    text = line.split("#", 1)[0].strip() if not line.lstrip().startswith("#") else ""
+    if not text:
+        return None
+    tokens = shlex.split(text)
+    name, rest = tokens[0], tokens[1:]
+    env: dict[str, str] = {}
+    optional = False
+    while rest and (rest[0] == "@optional" or re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", rest[0])):
+        token = rest.pop(0)
+        if token == "@optional":
+            optional = True
+            continue
+        key, _, value = token.partition("=")
+        env[key] = value
+    if rest == ["@ceiling"]:
+        return Config(name, "ceiling", env, [[]], text, optional)
+    alternatives: list[list[str]] = [[]]
+    for token in rest:
+        if token == "||":
+            alternatives.append([])
+        else:
+            alternatives[-1].append(token)
+    return Config(name, "kestrel", env, alternatives, text, optional)
+
+
+def load_configs(path: Path, extra: list[str]) -> list[Config]:
+    configs = [c for c in (parse_config_line(l) for l in path.read_text().splitlines()) if c]
+    for line in extra:
+        config = parse_config_line(line)
+        if config is None:
+            raise SystemExit(f"compare: --add-config {line!r} names no configuration")
+        configs = [c for c in configs if c.name != config.name] + [config]
+    return configs
+
+
+@dataclass
+class Scenario:
+    name: str
+    title: str
+    path: str
+    connections: int
+    depth: int = 1
+    headers: tuple[str, ...] = ()
+    mode: str = "middleware"
+    twin: str | None = None                    # the middleware scenario of the same shape
+
+    @property
+    def ceiling_serves(self) -> bool:
+        return self.path in CORE_PATHS
+
+    def as_dict(self) -> dict:
+        return {"name": self.name, "title": self.title, "path": self.path, "connections": self.connections,
+                "depth": self.depth, "headers": list(self.headers), "mode": self.mode, "twin": self.twin}
+
+
+def main_scenarios(quick: bool) -> list[Scenario]:
+    pt = "plaintext, 16 requests pipelined per write"
+    all_scenarios = [
+        Scenario("plaintext16-256", f"{pt}, 256 connections", "/plaintext", 256, 16),
+        Scenario("plaintext16-1024", f"{pt}, 1024 connections", "/plaintext", 1024, 16),
+        Scenario("json-256", "JSON, 256 connections", "/json", 256),
+        Scenario("plaintext16-256-platform", f"{pt}, 256 connections, platform mode", "/plaintext", 256, 16,
+                 mode="platform", twin="plaintext16-256"),
+        Scenario("plaintext16-1024-platform", f"{pt}, 1024 connections, platform mode", "/plaintext", 1024, 16,
+                 mode="platform", twin="plaintext16-1024"),
+        Scenario("json-256-platform", "JSON, 256 connections, platform mode", "/json", 256,
+                 mode="platform", twin="json-256"),
+        Scenario("plaintext-2", "plaintext, 2 connections, no pipelining (as the published comparisons)",
+                 "/plaintext", 2),
+        Scenario("json-2", "JSON, 2 connections, no pipelining (as the published comparisons)", "/json", 2),
+        Scenario("text-256", "app: GET /text (MVC ContentResult), 256 connections", "/text", 256),
+        Scenario("json-object-256", "app: GET /json-object (MVC, JSON formatter), 256 connections",
+                 "/json-object", 256),
+        Scenario("xml-256", "app: GET /xml (MVC, XmlSerializer formatter), 256 connections", "/xml", 256),
+        Scenario("html-256", "app: GET /html (MVC Razor view), 256 connections", "/html", 256),
+        Scenario("api-test-256", "app: GET /api/test (MVC API action), 256 connections", "/api/test", 256),
+        Scenario("churn-64", "connection churn: plaintext with Connection: close, 64 connections",
+                 "/plaintext", 64, headers=("Connection: close",)),
+    ]
+    if quick:
+        keep = {"plaintext16-256", "json-256", "json-2", "text-256", "churn-64"}
+        return [s for s in all_scenarios if s.name in keep]
+    return all_scenarios
+
+
+def selected_scenarios(args: argparse.Namespace) -> list[Scenario]:
+    """--scenarios picks from every scenario (also with --quick); otherwise the mode's default set."""
+    if args.scenarios:
+        return [s for s in main_scenarios(quick=False) if s.name in args.scenarios]
+    return main_scenarios(args.quick)
+
+
+HOSTING_MODELS = ("direct", "nginx-tcp", "nginx-unix", "caddy", "caddy-unix")
+HOSTING_SCENARIOS = [
+    Scenario("plaintext-256", "plaintext, 256 connections, no pipelining", "/plaintext", 256),
+    Scenario("json-256", "JSON, 256 connections", "/json", 256),
+]
+SWEEP_SCENARIO = Scenario("json-256", "JSON, 256 connections", "/json", 256)
+
+
+# ---- processes ------------------------------------------------------------------------------
+
+_libc = ctypes.CDLL(None, use_errno=True)
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    # If this runner is killed outright (SIGKILL), its servers must not outlive it.
+    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+class Proc:
+    """A started process in its own process group (so a proxy's workers are stopped with it)."""
+
+    live: list["Proc"] = []
+
+    def __init__(self, name: str, argv: list[str], env: dict[str, str], log_path: Path) -> None:
+        self.name = name
+        self.argv = argv
+        self.log_path = log_path
+        self._log = open(log_path, "wb")
+        self.popen = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=self._log,
+                                      stderr=subprocess.STDOUT, start_new_session=True,
+                                      preexec_fn=_die_with_parent)
+        self.pid = self.popen.pid
+        Proc.live.append(self)
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def cpu_seconds(self) -> float:
+        """utime + stime of every process in this process group (all threads), from /proc."""
+        ticks = 0
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as f:
+                    data = f.read()
+            except OSError:
+                continue
+            fields = data[data.rindex(b")") + 2:].split()
+            # fields[0] is field 3 (state): pgrp is field 5, utime 14, stime 15
+            if int(fields[2]) == self.pid:
+                ticks += int(fields[11]) + int(fields[12])
+        return ticks / CLK_TCK
+
+    def stop(self) -> None:
+        if self in Proc.live:
+            Proc.live.remove(self)
+        for sig, grace in ((signal.SIGTERM, STOP_TIMEOUT_S), (signal.SIGKILL, 2.0)):
+            try:
+                os.killpg(self.pid, sig)
+            except ProcessLookupError:
+                pass
+            try:
+                self.popen.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                continue
+            if not self._group_members():
+                break
+        else:
+            print(f"compare: warning: {self.name} (pid {self.pid}) did not stop", file=sys.stderr)
+        self._log.close()
+
+    def _group_members(self) -> bool:
+        try:
+            os.killpg(self.pid, 0)
+            return True
+        except ProcessLookupError:
+            return False
+
+    @classmethod
+    def stop_all(cls) -> None:
+        for proc in list(cls.live):
+            proc.stop()
+
+
+def cpu_busy_seconds(cpus: list[int]) -> float:
+    """user + nice + system + steal time of the given CPUs, from /proc/stat (irq/softirq left out,
+    as they are in a process's own utime/stime)."""
+    ticks = 0
+    with open("/proc/stat") as f:
+        for line in f:
+            name, *values = line.split()
+            if name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in cpus:
+                user, nice, system = int(values[0]), int(values[1]), int(values[2])
+                steal = int(values[7]) if len(values) > 7 else 0
+                ticks += user + nice + system + steal
+    return ticks / CLK_TCK
+
+
+def cpu_list(cpus: str) -> list[int]:
+    result = []
+    for part in cpus.split(","):
+        if "-" in part:
+            lo, hi = part.split("-")
+            result.extend(range(int(lo), int(hi) + 1))
+        elif part.strip():
+            result.append(int(part))
+    return result
+
+
+def free_port(used: set[int]) -> int:
+    """A TCP port on 127.0.0.1 that nothing is bound to, below the ephemeral range wrk's own
+    connections use (so churn cannot collide with a listener)."""
+    for _ in range(1000):
+        port = random.randrange(20000, 32000)
+        if port in used:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        used.add(port)
+        return port
+    raise RuntimeError("no free port in 20000-31999")
+
+
+def run_capture(argv: list[str], timeout: float = 10.0) -> str:
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+        return (done.stdout + done.stderr).strip()
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"unavailable ({exc})"
+
+
+# ---- servers --------------------------------------------------------------------------------
+
+@dataclass
+class StartResult:
+    proc: Proc | None
+    state: str                  # "ok", "unsupported", "unavailable" (optional config), "failed"
+    reason: str = ""
+    startup_line: str = ""
+    argv: list[str] = field(default_factory=list)
+
+
+class Runner:
+    def __init__(self, args: argparse.Namespace, configs: list[Config]) -> None:
+        self.args = args
+        self.configs = configs
+        self.by_name = {c.name: c for c in configs}
+        self.out = Path(args.out)
+        self.logs = self.out / "logs"
+        # A reused --out (CI's fixed folder) must not mix an old run's files into this one's.
+        shutil.rmtree(self.logs, ignore_errors=True)
+        for old in ("report.md", "results.json", "results.csv", *(p.name for p in self.out.glob("*.png"))):
+            (self.out / old).unlink(missing_ok=True)
+        self.logs.mkdir(parents=True, exist_ok=True)
+        self.tmp = Path(tempfile.mkdtemp(prefix="ktl-compare-"))
+        self.ports: set[int] = set()
+        self.measurements: list[dict] = []
+        self.events: list[dict] = []            # skipped and failed servers and scenarios
+        self.startup_lines: dict[str, str] = {}
+        self.commands: dict[str, str] = {}
+        self.unsupported: dict[tuple[str, str], str] = {}   # (config, mode or path) -> reason
+        self.chosen_alternative: dict[tuple[str, str], list[str]] = {}
+        self.server_count = 0
+        self.interrupted = False
+        self.base_env = {k: v for k, v in os.environ.items() if not k.startswith(STRIPPED_ENV_PREFIXES)}
+        self.stripped_env = sorted(k for k in os.environ if k.startswith(STRIPPED_ENV_PREFIXES))
+        self.base_env.update(DOTNET_CLI_TELEMETRY_OPTOUT="1", DOTNET_NOLOGO="1")
+        self.started = time.monotonic()
+        self.meta: dict = {}
+        self.bench_cpus = sorted(set(cpu_list(args.server_cpus) + cpu_list(args.client_cpus)))
+        self.latency_rate: float | None = None
+        self.latency_rate_source = ""
+
+    # -- bookkeeping --
+
+    def log(self, message: str) -> None:
+        elapsed = time.monotonic() - self.started
+        print(f"[{int(elapsed) // 60:3d}:{int(elapsed) % 60:02d}] {message}", flush=True)
+
+    def event(self, phase: str, config: str, state: str, reason: str, scenario: str = "*",
+              round_no: int | None = None, mode: str | None = None, extra: dict | None = None) -> None:
+        record = {"phase": phase, "config": config, "scenario": scenario, "mode": mode, "round": round_no,
+                  "state": state, "reason": reason}
+        record.update(extra or {})
+        self.events.append(record)
+        self.log(f"  {state.upper()}: {config} {scenario if scenario != '*' else ''} {reason}")
+
+    def save(self) -> None:
+        data = {"meta": self.meta, "configs": [self._config_dict(c) for c in self.configs],
+                "events": self.events, "measurements": self.measurements}
+        tmp = self.out / "results.json.tmp"
+        tmp.write_text(json.dumps(data, indent=1))
+        tmp.replace(self.out / "results.json")
+
+    def _config_dict(self, c: Config) -> dict:
+        return {"name": c.name, "kind": c.kind, "env": c.env, "alternatives": c.alternatives,
+                "line": c.line, "startup_line": self.startup_lines.get(c.name, ""),
+                "command": self.commands.get(c.name, "")}
+
+    def check_interrupted(self) -> None:
+        if self.interrupted:
+            raise Interrupted()
+
+    # -- starting servers --
+
+    def _wait_ready(self, proc: Proc, target: verify.Target, ready_prefix: str) -> tuple[str, str, str]:
+        """Waits until the process printed its startup line and answers. Returns (state, reason, line)."""
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        line = ""
+        while time.monotonic() < deadline:
+            self.check_interrupted()
+            if not proc.alive():
+                code = proc.popen.returncode
+                text = proc.log_text().strip()
+                first = next((l for l in text.splitlines() if l.strip()), "")
+                if code == USAGE_EXIT_CODE:
+                    return "unsupported", first or "usage error", ""
+                tail = " | ".join(text.splitlines()[-3:])
+                return "failed", f"exited with code {code} before answering: {tail}", ""
+            if not line:
+                for l in proc.log_text().splitlines():
+                    if l.startswith(ready_prefix):
+                        line = l.strip()
+                        break
+            if line and verify.answers(target, "/plaintext", timeout=1.0):
+                return "ok", "", line
+            time.sleep(0.05)
+        return "failed", f"did not answer within {STARTUP_TIMEOUT_S:.0f} s", line
+
+    def start_server(self, config: Config, mode: str, target: verify.Target, cpus: str | None,
+                     threads: int | None, label: str) -> StartResult:
+        """Starts one configuration. A usage error (exit 2) on every alternative means unsupported."""
+        self.server_count += 1
+        log_path = self.logs / f"{self.server_count:04d}-{label}.log"
+        taskset = ["taskset", "-c", cpus] if cpus else []
+        env = dict(self.base_env)
+        env.update(config.env)
+        if config.kind == "ceiling":
+            argv = taskset + [str(BIN / "ceiling"), "-a", target.host, "-p", str(target.port)]
+            if threads:
+                argv += ["-t", str(threads)]
+            proc = Proc(label, argv, env, log_path)
+            state, reason, line = self._wait_ready(proc, target, "ceiling:")
+            if state != "ok":
+                proc.stop()
+                return StartResult(None, state, reason, argv=argv)
+            return StartResult(proc, "ok", startup_line=line, argv=argv)
+
+        url = f"http://unix:{target.path}" if target.kind == "unix" else f"http://{target.host}:{target.port}"
+        mode_alternatives = [["--mode", mode]] + ([[]] if mode == "middleware" else [])
+        key = (config.name, mode)
+        if key in self.chosen_alternative:
+            candidates = [self.chosen_alternative[key]]
+        else:
+            candidates = [a + m for a in config.alternatives for m in mode_alternatives]
+        rejected = []
+        for sample_args in candidates:
+            argv = taskset + ["dotnet", str(SAMPLE_DLL), "--urls", url] + sample_args
+            if threads:
+                argv += ["--threads", str(threads)]
+            if target.kind == "unix" and os.path.exists(target.path):
+                os.unlink(target.path)
+            proc = Proc(label, argv, env, log_path)
+            state, reason, line = self._wait_ready(proc, target, "TechEmpower:")
+            if state == "unsupported":
+                proc.stop()
+                rejected.append(f"`{' '.join(sample_args)}`: {reason}")
+                continue
+            if state != "ok":
+                proc.stop()
+                if config.optional:
+                    state = "unavailable"
+                return StartResult(None, state, reason, argv=argv)
+            self.chosen_alternative[key] = sample_args
+            return StartResult(proc, "ok", startup_line=line, argv=argv)
+        return StartResult(None, "unsupported", "the sample rejected " + "; ".join(rejected))
+
+    def start_failed(self, phase: str, config: Config, key: str, started: StartResult, scenario: str,
+                     round_no: int, mode: str | None, extra: dict | None = None) -> None:
+        """Records a server that did not start; unsupported or unavailable ones are not retried."""
+        if started.state in ("unsupported", "unavailable"):
+            self.unsupported[(config.name, key)] = started.reason
+        self.event(phase, config.name, started.state, started.reason, scenario, round_no, mode, extra)
+
+    def other_load(self, busy: float, ours: float, wall: float) -> float | None:
+        """Share of the benchmark's CPUs used by other processes during a window: on a shared
+        machine this says how much to trust it."""
+        if wall <= 0:
+            return None
+        return max(0.0, busy - ours) / wall / len(self.bench_cpus)
+
+    def skip(self, config: Config, key: str) -> bool:
+        """True when this configuration cannot run in this setup (learned earlier in the run)."""
+        return any((config.name, k) in self.unsupported for k in (key, "middleware", "any"))
+
+    # -- load --
+
+    def run_wrk(self, url: str, scenario: Scenario, duration: float, cpus: str | None,
+                threads: int) -> tuple[dict | None, str, float]:
+        """Runs wrk; returns (parsed WRK_RESULT, command line, load-generator CPU seconds)."""
+        argv = (["taskset", "-c", cpus] if cpus else []) + [
+            "wrk", "-t", str(min(threads, scenario.connections)), "-c", str(scenario.connections),
+            "-d", f"{duration:g}s", "--timeout", "2s", "-s", str(PIPELINE_LUA)]
+        for header in scenario.headers:
+            argv += ["-H", header]
+        argv += [url + scenario.path, "--", str(scenario.depth)]
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=duration + 20)
+            output = done.stdout
+        except subprocess.TimeoutExpired:
+            return None, shlex.join(argv), 0.0
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        load_cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        for line in output.splitlines():
+            if line.startswith("WRK_RESULT "):
+                return json.loads(line[len("WRK_RESULT "):]), shlex.join(argv), load_cpu
+        return None, shlex.join(argv), load_cpu
+
+    def measure(self, phase: str, config: str, scenario: Scenario, round_no: int, url: str,
+                procs: dict[str, Proc], warmup: float, cpus_load: str | None, wrk_threads: int,
+                server_cpu_count: int, extra: dict) -> bool:
+        """Warm-up, then one measured window. Returns False when the server died."""
+        self.check_interrupted()
+        if warmup > 0:
+            self.run_wrk(url, scenario, warmup, cpus_load, wrk_threads)
+        for name, proc in procs.items():
+            if not proc.alive():
+                self.event(phase, config, "failed", f"{name} died during warm-up: {proc.log_text()[-300:]}",
+                           scenario.name, round_no, scenario.mode, extra)
+                return False
+        cpu_before = {name: proc.cpu_seconds() for name, proc in procs.items()}
+        busy_before = cpu_busy_seconds(self.bench_cpus)
+        t0 = time.monotonic()
+        result, command, load_cpu = self.run_wrk(url, scenario, self.args.duration, cpus_load, wrk_threads)
+        wall = time.monotonic() - t0
+        busy = cpu_busy_seconds(self.bench_cpus) - busy_before
+        cpu = {name: proc.cpu_seconds() - cpu_before[name] for name, proc in procs.items()}
+        died = [name for name, proc in procs.items() if not proc.alive()]
+        if result is None or died:
+            reason = f"{', '.join(died)} died during the measurement" if died else "wrk produced no result"
+            self.event(phase, config, "failed", reason, scenario.name, round_no, scenario.mode, extra)
+            return not died
+        requests = result["requests"]
+        duration_s = result["duration_us"] / 1e6
+        errors = result["errors"]
+        error_total = sum(errors.values())
+        total_cpu = sum(cpu.values())
+        record = {
+            "phase": phase, "scenario": scenario.name, "mode": scenario.mode, "config": config,
+            "round": round_no, "connections": scenario.connections, "depth": scenario.depth,
+            "path": scenario.path, "rps": requests / duration_s if duration_s > 0 else 0.0,
+            "requests": requests, "duration_s": duration_s, "bytes": result["bytes"],
+            "server_cpu_s": cpu.get("server", 0.0), "proxy_cpu_s": cpu.get("proxy", 0.0),
+            "cpu_us_per_request": total_cpu / requests * 1e6 if requests else None,
+            "server_cpu_util": total_cpu / wall / server_cpu_count if wall > 0 else None,
+            "load_cpu_util": load_cpu / wall / max(1, wrk_threads) if wall > 0 else None,
+            "other_cpu_util": self.other_load(busy, total_cpu + load_cpu, wall),
+            "errors": errors, "error_total": error_total,
+            "error_rate": error_total / requests if requests else 1.0,
+            "wrk_latency_us": result["latency_us"], "command": command,
+        }
+        record.update(extra)
+        self.measurements.append(record)
+        flag = f"  ERRORS {errors}" if error_total else ""
+        cpu_text = f"{record['cpu_us_per_request']:.1f} us/req" if requests else "-"
+        label = config + (f" @{extra['hosting']}" if extra.get("hosting", "direct") != "direct" else "") + (
+            f" threads={extra['threads']}" if extra.get("threads") else "")
+        self.log(f"    {label:26} {scenario.name:26} {record['rps']:11.0f} req/s  {cpu_text}{flag}")
+        return True
+
+    # -- phases --
+
+    def rotated(self, items: list, round_no: int) -> list:
+        k = (round_no - 1) % len(items) if items else 0
+        return items[k:] + items[:k]
+
+    def verify_server(self, phase: str, config: str, target: verify.Target, paths: list[str],
+                      round_no: int, mode: str | None, extra: dict | None = None) -> verify.Verification | None:
+        result = verify.verify(target, paths)
+        core = [p for p in paths if p in CORE_PATHS]
+        core_bad = result.problems + [result.state(p)[1] for p in core if result.state(p)[0] != "ok"]
+        if core_bad:
+            self.event(phase, config, "failed", "verification: " + "; ".join(core_bad), "*", round_no, mode, extra)
+            return None
+        return result
+
+    def phase_main(self) -> None:
+        scenarios = selected_scenarios(self.args)
+        self.meta["scenarios"] = [s.as_dict() for s in scenarios]
+        modes = [m for m in ("middleware", "platform") if any(s.mode == m for s in scenarios)]
+        rounds = self.args.rounds
+        for round_no in range(1, rounds + 1):
+            self.log(f"main: round {round_no}/{rounds}")
+            for config in self.rotated(self.configs, round_no):
+                config_modes = ["any"] if config.kind == "ceiling" else modes
+                for mode in config_modes:
+                    if config.kind == "ceiling":
+                        # The ceiling has no modes: a platform scenario borrows its middleware twin's rows,
+                        # unless that twin is not part of this run.
+                        names = {s.name for s in scenarios}
+                        todo = [s for s in scenarios if s.ceiling_serves and (s.mode == "middleware"
+                                                                              or s.twin not in names)]
+                    else:
+                        todo = [s for s in scenarios if s.mode == mode]
+                    todo = [s for s in todo if (config.name, s.path) not in self.unsupported]
+                    if not todo or (config.name, mode) in self.unsupported:
+                        continue
+                    self.run_server_scenarios(config, mode, todo, round_no)
+                self.save()
+
+    def run_server_scenarios(self, config: Config, mode: str, todo: list[Scenario], round_no: int) -> None:
+        port = free_port(self.ports)
+        target = verify.Target("tcp", host="127.0.0.1", port=port)
+        server_mode = "middleware" if mode == "any" else mode
+        started = self.start_server(config, server_mode, target, self.args.server_cpus, None,
+                                    f"main-r{round_no}-{config.name}-{mode}")
+        try:
+            if started.state != "ok":
+                self.start_failed("main", config, mode, started, "*", round_no, mode)
+                return
+            self.startup_lines.setdefault(config.name, started.startup_line)
+            self.commands.setdefault(config.name, shlex.join(started.argv))
+            paths = list(dict.fromkeys(CORE_PATHS + [s.path for s in todo]))
+            if config.kind == "ceiling" or mode == "platform":
+                paths = [p for p in paths if p in CORE_PATHS]
+            result = self.verify_server("main", config.name, target, paths, round_no, mode)
+            if result is None:
+                return
+            first = True
+            for scenario in todo:
+                state, reason = result.state(scenario.path)
+                if state == "missing":
+                    self.unsupported[(config.name, scenario.path)] = reason
+                    self.event("main", config.name, "unsupported", reason, scenario.name, round_no, mode)
+                    continue
+                if state == "bad":
+                    self.event("main", config.name, "failed", "verification: " + reason, scenario.name,
+                               round_no, mode)
+                    continue
+                warm = self.args.warmup_first if first else self.args.warmup
+                first = False
+                alive = self.measure("main", config.name, scenario, round_no, f"http://127.0.0.1:{port}",
+                                     {"server": started.proc}, warm, self.args.client_cpus,
+                                     self.args.wrk_threads, cpu_count(self.args.server_cpus),
+                                     {"hosting": "direct", "threads": None})
+                if not alive:
+                    return
+        finally:
+            if started.proc:
+                started.proc.stop()
+
+    def phase_latency(self) -> None:
+        if self.args.latency_rate:
+            self.latency_rate, self.latency_rate_source = self.args.latency_rate, "--latency-rate"
+        elif self.args.quick:
+            self.latency_rate, self.latency_rate_source = 2000.0, "fixed low rate for --quick"
+        else:
+            base = self.args.baseline
+            values = [m["rps"] for m in self.measurements
+                      if m["phase"] == "main" and m["scenario"] == "json-256" and m["config"] == base
+                      and m["error_total"] == 0]
+            source = base
+            if not values:
+                # Fall back to the slowest configuration measured, so the rate is sustainable for all.
+                medians = {}
+                for m in self.measurements:
+                    if m["phase"] == "main" and m["scenario"] == "json-256" and m["config"] != "ceiling":
+                        medians.setdefault(m["config"], []).append(m["rps"])
+                if not medians:
+                    self.event("latency", "*", "skipped", "no json-256 measurement to derive the rate from")
+                    return
+                source, values = min(((k, v) for k, v in medians.items()), key=lambda kv: statistics.median(kv[1]))
+            self.latency_rate = round(statistics.median(values) / 2, -2)
+            self.latency_rate_source = (f"half of {source}'s median json-256 throughput in this run "
+                                        f"({statistics.median(values):.0f} req/s)")
+        self.meta["latency"] = {"rate": self.latency_rate, "rate_source": self.latency_rate_source,
+                                "connections": 256, "path": "/json", "duration_s": self.args.latency_duration,
+                                "warmup_s": 1.0}
+        scenario = Scenario("json-256-open-loop", "JSON, 256 connections, open loop at a fixed rate", "/json", 256)
+        for round_no in range(1, self.args.rounds + 1):
+            self.log(f"latency: round {round_no}/{self.args.rounds} at {self.latency_rate:.0f} req/s")
+            for config in self.rotated(self.configs, round_no):
+                if self.skip(config, "latency"):
+                    continue
+                self.check_interrupted()
+                port = free_port(self.ports)
+                target = verify.Target("tcp", host="127.0.0.1", port=port)
+                started = self.start_server(config, "middleware", target, self.args.server_cpus, None,
+                                            f"latency-r{round_no}-{config.name}")
+                try:
+                    if started.state != "ok":
+                        self.start_failed("latency", config, "latency", started, scenario.name, round_no, None)
+                        continue
+                    if self.verify_server("latency", config.name, target, CORE_PATHS, round_no, None) is None:
+                        continue
+                    self.run_wrk(f"http://127.0.0.1:{port}", scenario, self.args.warmup_first,
+                                 self.args.client_cpus, self.args.wrk_threads)
+                    self.run_loadgen(config.name, scenario, round_no, port, started.proc)
+                finally:
+                    if started.proc:
+                        started.proc.stop()
+            self.save()
+
+    def run_loadgen(self, config: str, scenario: Scenario, round_no: int, port: int, proc: Proc) -> None:
+        argv = ["taskset", "-c", self.args.client_cpus, str(BIN / "loadgen"), "-a", "127.0.0.1", "-p", str(port),
+                "-P", scenario.path, "-c", str(scenario.connections), "-r", f"{self.latency_rate:.0f}",
+                "-d", f"{self.args.latency_duration:g}", "-w", "1", "-T", "2"]
+        cpu_before = proc.cpu_seconds()
+        busy_before = cpu_busy_seconds(self.bench_cpus)
+        usage_before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        t0 = time.monotonic()
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True,
+                                  timeout=self.args.latency_duration + 20)
+        except subprocess.TimeoutExpired:
+            self.event("latency", config, "failed", "loadgen timed out", scenario.name, round_no)
+            return
+        wall = time.monotonic() - t0
+        busy = cpu_busy_seconds(self.bench_cpus) - busy_before
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+        load_cpu = (usage.ru_utime - usage_before.ru_utime) + (usage.ru_stime - usage_before.ru_stime)
+        cpu = proc.cpu_seconds() - cpu_before
+        if done.returncode != 0 or not done.stdout.strip():
+            self.event("latency", config, "failed", f"loadgen failed: {done.stderr.strip()[-300:]}",
+                       scenario.name, round_no)
+            return
+        result = json.loads(done.stdout)
+        errors = result["errors"]
+        error_total = sum(errors.values())
+        record = {"phase": "latency", "scenario": scenario.name, "mode": "middleware", "config": config,
+                  "round": round_no, "connections": scenario.connections, "depth": 1, "path": scenario.path,
+                  "rps": result["achieved_rate"], "target_rate": result["target_rate"],
+                  "requests": result["recorded"], "duration_s": result["duration_s"],
+                  "server_cpu_s": cpu, "proxy_cpu_s": 0.0,
+                  # the window includes loadgen's warm-up and drain, so divide by everything it completed
+                  "cpu_us_per_request": cpu / result["completed"] * 1e6 if result["completed"] else None,
+                  "server_cpu_util": cpu / wall / cpu_count(self.args.server_cpus),
+                  "load_cpu_util": load_cpu / wall, "other_cpu_util": self.other_load(busy, cpu + load_cpu, wall),
+                  "errors": errors, "error_total": error_total,
+                  "error_rate": error_total / max(1, result["recorded"]),
+                  "latency_us": result["latency_us"], "send_lag_us": result["send_lag_us"],
+                  "command": shlex.join(argv), "hosting": "direct", "threads": None}
+        self.measurements.append(record)
+        lat = result["latency_us"]
+        flag = f"  ERRORS {errors}" if error_total else ""
+        self.log(f"    {config:16} p50 {lat['p50']:9.0f} us  p99 {lat['p99']:9.0f} us  "
+                 f"p99.9 {lat['p99.9']:9.0f} us  ({result['achieved_rate']:.0f} req/s){flag}")
+
+    def phase_hosting(self) -> None:
+        models = self.args.hosting
+        transports = [t for t in self.args.hosting_transports if t in self.by_name]
+        scenarios = HOSTING_SCENARIOS if not self.args.quick else [HOSTING_SCENARIOS[1]]
+        self.meta["hosting"] = {"models": models, "transports": transports,
+                                "scenarios": [s.as_dict() for s in scenarios]}
+        setups = [(m, t) for m in models for t in transports]
+        for model in models:
+            tool = {"nginx-tcp": "nginx", "nginx-unix": "nginx", "caddy": "caddy", "caddy-unix": "caddy"}.get(model)
+            if tool and not shutil.which(tool):
+                for t in transports:
+                    self.event("hosting", t, "skipped", f"{tool} is not installed", model)
+                setups = [(m, t) for m, t in setups if m != model]
+        for round_no in range(1, self.args.rounds + 1):
+            self.log(f"hosting: round {round_no}/{self.args.rounds}")
+            for model, transport in self.rotated(setups, round_no):
+                config = self.by_name[transport]
+                if self.skip(config, f"hosting:{model}"):
+                    continue
+                self.check_interrupted()
+                self.run_hosting(model, config, scenarios, round_no)
+            self.save()
+
+    def run_hosting(self, model: str, config: Config, scenarios: list[Scenario], round_no: int) -> None:
+        extra = {"hosting": model, "threads": None}
+        unix = model.endswith("-unix")
+        if unix:
+            backend = verify.Target("unix", path=str(self.tmp / f"kestrel-{self.server_count + 1}.sock"))
+        else:
+            backend = verify.Target("tcp", host="127.0.0.1", port=free_port(self.ports))
+        label = f"hosting-r{round_no}-{model}-{config.name}"
+        started = self.start_server(config, "middleware", backend, self.args.server_cpus, None, label)
+        proxy: Proc | None = None
+        try:
+            if started.state != "ok":
+                self.start_failed("hosting", config, f"hosting:{model}", started, model, round_no, None, extra)
+                return
+            if self.verify_server("hosting", config.name, backend, CORE_PATHS, round_no, None, extra) is None:
+                return
+            front = backend
+            if model != "direct":
+                front = verify.Target("tcp", host="127.0.0.1", port=free_port(self.ports))
+                proxy, reason = self.start_proxy(model, backend, front, label)
+                if proxy is None:
+                    self.event("hosting", config.name, "failed", reason, model, round_no, None, extra)
+                    return
+                if self.verify_server("hosting", config.name, front, CORE_PATHS, round_no, None, extra) is None:
+                    return
+            procs = {"server": started.proc}
+            if proxy:
+                procs["proxy"] = proxy
+            first = True
+            for scenario in scenarios:
+                warm = self.args.warmup_first if first else self.args.warmup
+                first = False
+                if not self.measure("hosting", config.name, scenario, round_no, f"http://127.0.0.1:{front.port}",
+                                    procs, warm, self.args.client_cpus, self.args.wrk_threads,
+                                    cpu_count(self.args.server_cpus), extra):
+                    return
+        finally:
+            if proxy:
+                proxy.stop()
+            if started.proc:
+                started.proc.stop()
+            if unix and os.path.exists(backend.path):
+                os.unlink(backend.path)
+
+    def start_proxy(self, model: str, backend: verify.Target, front: verify.Target,
+                    label: str) -> tuple[Proc | None, str]:
+        workdir = self.tmp / f"{label}-proxy"
+        workdir.mkdir(parents=True, exist_ok=True)
+        upstream_unix = backend.kind == "unix"
+        workers = cpu_count(self.args.server_cpus)
+        if model.startswith("nginx"):
+            for d in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"):
+                (workdir / d).mkdir(exist_ok=True)
+            template = (LIB / "nginx.conf.in").read_text()
+            conf = fill(template, {
+                "USER_LINE": "user root;" if os.geteuid() == 0 else "",
+                "WORKERS": str(workers), "DIR": str(workdir),
+                "UPSTREAM": f"unix:{backend.path}" if upstream_unix else f"127.0.0.1:{backend.port}",
+                "LISTEN": f"127.0.0.1:{front.port}"})
+            path = workdir / "nginx.conf"
+            path.write_text(conf)
+            shutil.copy(path, self.logs / f"{model}.nginx.conf")
+            argv = ["taskset", "-c", self.args.server_cpus, "nginx", "-p", str(workdir), "-c", str(path),
+                    "-e", str(workdir / "error.log")]
+        else:
+            template = (LIB / "Caddyfile.in").read_text()
+            conf = fill(template, {
+                "DIR": str(workdir), "PORT": str(front.port),
+                "UPSTREAM": f"unix/{backend.path}" if upstream_unix else f"127.0.0.1:{backend.port}"})
+            path = workdir / "Caddyfile"
+            path.write_text(conf)
+            shutil.copy(path, self.logs / f"{model}.Caddyfile")
+            argv = ["taskset", "-c", self.args.server_cpus, "caddy", "run", "--config", str(path),
+                    "--adapter", "caddyfile"]
+        env = dict(self.base_env)
+        env.update(HOME=str(workdir), XDG_DATA_HOME=str(workdir / "data"), XDG_CONFIG_HOME=str(workdir / "config"))
+        self.server_count += 1
+        proc = Proc(f"{model} proxy", argv, env, self.logs / f"{self.server_count:04d}-{label}-proxy.log")
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while time.monotonic() < deadline:
+            self.check_interrupted()
+            if not proc.alive():
+                text = proc.log_text().strip()
+                error_log = workdir / "error.log"
+                if error_log.exists():
+                    text += " " + error_log.read_text(errors="replace").strip()
+                proc.stop()
+                return None, f"{model} exited with code {proc.popen.returncode}: {text[-400:]}"
+            if verify.answers(front, "/plaintext", timeout=1.0):
+                self.meta.setdefault("proxy_commands", {})[model] = shlex.join(argv)
+                return proc, ""
+            time.sleep(0.05)
+        proc.stop()
+        return None, f"{model} did not answer within {STARTUP_TIMEOUT_S:.0f} s"
+
+    def phase_sweep(self) -> None:
+        transports = [t for t in self.args.sweep_transports if t in self.by_name]
+        counts = [1] if self.args.quick else self.args.sweep_threads
+        cpus = ",".join(str(c) for c in self.bench_cpus)
+        self.meta["sweep"] = {"transports": transports, "threads": counts, "cpus": cpus,
+                              "scenario": SWEEP_SCENARIO.as_dict(), "wrk_threads": cpu_count(cpus)}
+        combos = [(t, n) for t in transports for n in counts]
+        for round_no in range(1, self.args.rounds + 1):
+            self.log(f"sweep (unpinned, CPUs {cpus}): round {round_no}/{self.args.rounds}")
+            for transport, threads in self.rotated(combos, round_no):
+                config = self.by_name[transport]
+                if self.skip(config, f"sweep:{threads}"):
+                    continue
+                self.check_interrupted()
+                extra = {"hosting": "direct", "threads": threads}
+                port = free_port(self.ports)
+                target = verify.Target("tcp", host="127.0.0.1", port=port)
+                started = self.start_server(config, "middleware", target, cpus, threads,
+                                            f"sweep-r{round_no}-{config.name}-t{threads}")
+                try:
+                    if started.state != "ok":
+                        self.start_failed("sweep", config, f"sweep:{threads}", started, f"threads={threads}",
+                                          round_no, None, extra)
+                        continue
+                    if self.verify_server("sweep", config.name, target, CORE_PATHS, round_no, None, extra) is None:
+                        continue
+                    self.measure("sweep", config.name, SWEEP_SCENARIO, round_no, f"http://127.0.0.1:{port}",
+                                 {"server": started.proc}, self.args.warmup_first, cpus, cpu_count(cpus),
+                                 cpu_count(cpus), extra)
+                finally:
+                    if started.proc:
+                        started.proc.stop()
+            self.save()
+
+
+def fill(template: str, values: dict[str, str]) -> str:
+    for key, value in values.items():
+        template = template.replace("@" + key + "@", value)
+    leftover = re.findall(r"@[A-Z_]+@", template)
+    if leftover:
+        raise RuntimeError(f"unfilled template placeholders {leftover}")
+    return template
+
+
+def cpu_count(cpus: str) -> int:
+    count = 0
+    for part in cpus.split(","):
+        if "-" in part:
+            lo, hi = part.split("-")
+            count += int(hi) - int(lo) + 1
+        elif part.strip():
+            count += 1
+    return max(1, count)
+
+
+# ---- machine description --------------------------------------------------------------------
+
+def machine_info() -> dict:
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    runtimes = run_capture(["dotnet", "--list-runtimes"])
+    aspnet = [l.split()[1] for l in runtimes.splitlines() if l.startswith("Microsoft.AspNetCore.App 10.")]
+    nginx = run_capture(["nginx", "-v"]) if shutil.which("nginx") else "not installed"
+    caddy = run_capture(["caddy", "version"]) if shutil.which("caddy") else "not installed"
+    wrk = run_capture(["wrk", "-v"]).splitlines()
+    libuv_pkg = run_capture(["dpkg-query", "-W", "-f=${Version}", "libuv1"])
+    git_head = run_capture(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"])
+    porcelain = run_capture(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"])
+    return {
+        "nproc": os.cpu_count(), "cpu_model": model, "kernel": " ".join(platform.uname()[2:5:2]),
+        "kernel_full": run_capture(["uname", "-srvm"]),
+        "dotnet_sdk": run_capture(["dotnet", "--version"]),
+        "aspnetcore_runtime": max(aspnet, key=lambda v: [int(x) if x.isdigit() else 0 for x in re.split(r"[.-]", v)])
+        if aspnet else "unknown",
+        "wrk": wrk[0].split(" Copyright")[0] if wrk else "unknown", "nginx": nginx.replace("nginx version: ", ""),
+        "caddy": caddy.split()[0] if caddy else "unknown",
+        "gcc": run_capture(["gcc", "-dumpfullversion"]),
+        "libuv1_package": libuv_pkg if libuv_pkg and "no packages" not in libuv_pkg else "not installed",
+        "git_commit": git_head, "git_dirty": bool(porcelain.strip()) and not porcelain.startswith("unavailable"),
+        "python": sys.version.split()[0],
+    }
+
+
+# ---- entry point ----------------------------------------------------------------------------
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="benchmarks/compare.sh",
+        description="Compare server configurations side by side: interleaved rounds, medians, CPU per request.")
+    p.add_argument("--quick", action="store_true",
+                   help="a few minutes: 2 rounds, short windows, a subset of scenarios (for CI: correctness only)")
+    p.add_argument("--out", help="output directory (default artifacts/benchmarks/<timestamp>)")
+    p.add_argument("--rounds", type=int, help="rounds per phase (default 5, --quick 2)")
+    p.add_argument("--duration", type=float, help="measured window in seconds (default 2.5, --quick 2)")
+    p.add_argument("--warmup", type=float, help="warm-up before each further scenario on the same server "
+                   "(default 0.5 s)")
+    p.add_argument("--warmup-first", type=float, help="warm-up right after a server starts (default 1.5 s, --quick 1)")
+    p.add_argument("--latency-duration", type=float, help="open-loop measured window (default 4 s, --quick 2)")
+    p.add_argument("--latency-rate", type=float, help="open-loop rate in req/s (default: half of the baseline's "
+                   "median json-256 throughput; --quick 2000)")
+    p.add_argument("--server-cpus", default="1", help="CPUs the server (and a proxy) are pinned to (default 1)")
+    p.add_argument("--client-cpus", default="0", help="CPUs wrk and loadgen are pinned to (default 0)")
+    p.add_argument("--wrk-threads", type=int, help="wrk threads (default: number of client CPUs)")
+    p.add_argument("--configs", help="comma-separated subset of the configurations to run")
+    p.add_argument("--config-file", default=str(LIB / "configs.txt"), help="configuration table")
+    p.add_argument("--add-config", action="append", default=[], metavar="LINE",
+                   help="one more configuration, in configs.txt's line format (repeatable)")
+    p.add_argument("--baseline", default="sockets", help="configuration the ratios are relative to")
+    p.add_argument("--phases", default="main,latency,hosting,sweep", help="phases to run, comma-separated")
+    p.add_argument("--scenarios", help="comma-separated subset of the main scenarios")
+    p.add_argument("--hosting", help="hosting models (default direct,nginx-tcp,nginx-unix,caddy; "
+                   "--quick direct,nginx-tcp); caddy-unix is also available")
+    p.add_argument("--hosting-transports", default="linux,sockets")
+    p.add_argument("--sweep-transports", default="linux,sockets,libuv")
+    p.add_argument("--sweep-threads", default="1,2,4")
+    p.add_argument("--no-build", action="store_true", help="skip `dotnet build` (handled by compare.sh)")
+    args = p.parse_args(argv)
+    quick = args.quick
+    args.rounds = args.rounds or (2 if quick else 5)
+    args.duration = args.duration or (2.0 if quick else 2.5)
+    args.warmup = args.warmup if args.warmup is not None else 0.5
+    args.warmup_first = args.warmup_first if args.warmup_first is not None else (1.0 if quick else 1.5)
+    args.latency_duration = args.latency_duration or (2.0 if quick else 4.0)
+    args.wrk_threads = args.wrk_threads or cpu_count(args.client_cpus)
+    args.phases = [x for x in args.phases.split(",") if x]
+    args.scenarios = set(args.scenarios.split(",")) if args.scenarios else None
+    if args.scenarios:
+        unknown = args.scenarios - {s.name for s in main_scenarios(quick=False)}
+        if unknown:
+            p.error(f"unknown scenario(s) {sorted(unknown)}; known: "
+                    + ", ".join(s.name for s in main_scenarios(quick=False)))
+    args.hosting = (args.hosting or ("direct,nginx-tcp" if quick else "direct,nginx-tcp,nginx-unix,caddy")).split(",")
+    args.hosting_transports = args.hosting_transports.split(",")
+    args.sweep_transports = args.sweep_transports.split(",")
+    args.sweep_threads = [int(x) for x in args.sweep_threads.split(",")]
+    caller = Path(os.environ.get("COMPARE_CALLER_DIR", os.getcwd()))
+    if not args.out:
+        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+        args.out = str(ROOT / "artifacts" / "benchmarks" / stamp)
+    args.out = str(caller / args.out)                   # an absolute --out stays as it is
+    args.config_file = str(caller / args.config_file)
+    for phase in args.phases:
+        if phase not in ("main", "latency", "hosting", "sweep"):
+            p.error(f"unknown phase {phase!r}")
+    for model in args.hosting:
+        if model not in HOSTING_MODELS:
+            p.error(f"unknown hosting model {model!r}; known: {', '.join(HOSTING_MODELS)}")
+    return args
+
+
+def estimate_seconds(args: argparse.Namespace, configs: list[Config]) -> float:
+    """A plan-based estimate; start/verify/stop is ~0.7 s per server, wrk adds ~0.1 s per run."""
+    start, wrk_overhead = 0.7, 0.1
+    window = args.duration + wrk_overhead
+    scenarios = selected_scenarios(args)
+    per_round = 0.0
+    kestrel = [c for c in configs if c.kind == "kestrel"]
+    ceilings = [c for c in configs if c.kind == "ceiling"]
+    if "main" in args.phases:
+        for mode in ("middleware", "platform"):
+            todo = [s for s in scenarios if s.mode == mode]
+            if todo:
+                per_round += len(kestrel) * (start + args.warmup_first + (len(todo) - 1) * args.warmup
+                                             + len(todo) * window)
+        names = {s.name for s in scenarios}
+        todo = [s for s in scenarios if s.ceiling_serves and (s.mode == "middleware" or s.twin not in names)]
+        if todo:
+            per_round += len(ceilings) * (start + args.warmup_first + (len(todo) - 1) * args.warmup
+                                          + len(todo) * window)
+    if "latency" in args.phases:
+        per_round += len(configs) * (start + args.warmup_first + 1.0 + args.latency_duration + 0.3)
+    if "hosting" in args.phases:
+        n = 1 if args.quick else len(HOSTING_SCENARIOS)
+        setups = len(args.hosting) * len(args.hosting_transports)
+        per_round += setups * (start + 0.4 + args.warmup_first + (n - 1) * args.warmup + n * window)
+    if "sweep" in args.phases:
+        counts = 1 if args.quick else len(args.sweep_threads)
+        per_round += len(args.sweep_transports) * counts * (start + args.warmup_first + window)
+    return per_round * args.rounds
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    configs = load_configs(Path(args.config_file), args.add_config)
+    if args.configs:
+        wanted = args.configs.split(",")
+        unknown = [w for w in wanted if w not in {c.name for c in configs}]
+        if unknown:
+            raise SystemExit(f"compare: unknown configuration(s) {unknown}")
+        configs = [c for c in configs if c.name in wanted]
+    for tool in ("wrk", "taskset", "dotnet"):
+        if not shutil.which(tool):
+            raise SystemExit(f"compare: {tool} is not installed (see .ci/run for the packages)")
+    for binary in (BIN / "ceiling", BIN / "loadgen", SAMPLE_DLL):
+        if not binary.exists():
+            raise SystemExit(f"compare: {binary} is missing; run benchmarks/compare.sh, which builds it")
+
+    runner = Runner(args, configs)
+
+    def on_signal(signum, _frame):
+        runner.interrupted = True
+        raise Interrupted()
+
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, on_signal)
+
+    estimate = estimate_seconds(args, configs)
+    runner.meta = {
+        "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
+        "command": shlex.join([os.environ.get("COMPARE_INVOCATION", "benchmarks/lib/compare.py")] + argv),
+        "quick": args.quick, "rounds": args.rounds, "duration_s": args.duration, "warmup_s": args.warmup,
+        "warmup_first_s": args.warmup_first, "server_cpus": args.server_cpus, "client_cpus": args.client_cpus,
+        "wrk_threads": args.wrk_threads, "baseline": args.baseline, "phases": args.phases,
+        "estimated_s": round(estimate), "error_tolerance": ERROR_TOLERANCE,
+        "stripped_env": runner.stripped_env, "machine": machine_info(),
+        "clk_tck": CLK_TCK,
+    }
+    print(f"compare: {len(configs)} configurations, {args.rounds} rounds, phases {','.join(args.phases)}; "
+          f"estimated {estimate / 60:.1f} min; output {args.out}", flush=True)
+    status = 0
+    try:
+        for phase in args.phases:
+            try:
+                getattr(runner, f"phase_{phase}")()
+            except (Interrupted, KeyboardInterrupt):
+                raise
+            except Exception as exc:  # a bug in one phase must not lose the others' results
+                traceback.print_exc()
+                Proc.stop_all()
+                runner.event(phase, "*", "failed", f"the {phase} phase crashed: {exc!r}")
+    except Interrupted:
+        runner.meta["interrupted"] = True
+        print("compare: interrupted; writing a partial report", file=sys.stderr)
+        status = 130
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN)
+        Proc.stop_all()
+        shutil.rmtree(runner.tmp, ignore_errors=True)
+        runner.meta["elapsed_s"] = round(time.monotonic() - runner.started)
+        runner.meta["libuv"] = libuv_version(runner.startup_lines.get("libuv", ""))
+        runner.save()
+
+    report.generate(Path(args.out))
+    print(f"compare: report at {Path(args.out) / 'report.md'}", flush=True)
+
+    if args.quick and status == 0:
+        problems = quick_problems(runner, Path(args.out))
+        for problem in problems:
+            print(f"compare: --quick check failed: {problem}", file=sys.stderr)
+        if problems:
+            status = 1
+    return status
+
+
+def libuv_version(startup_line: str) -> str:
+    match = re.search(r"libuv[-_ ]?(?:version)?[=: ]v?(\d+\.\d+(?:\.\d+)?)", startup_line, re.IGNORECASE)
+    return match.group(1) if match else ""
+
+
+def quick_problems(runner: Runner, out: Path) -> list[str]:
+    """What CI asserts: servers verified, no errors beyond tolerance, report files written."""
+    problems = []
+    for e in runner.events:
+        if e["state"] == "failed":
+            problems.append(f"{e['phase']} {e['config']} {e['scenario']}: {e['reason']}")
+    for m in runner.measurements:
+        if m["error_rate"] > ERROR_TOLERANCE or m["requests"] == 0:
+            problems.append(f"{m['phase']} {m['config']} {m['scenario']} round {m['round']}: "
+                            f"{m['error_total']} errors in {m['requests']} requests {m['errors']}")
+    if not runner.measurements:
+        problems.append("nothing was measured")
+    for name in ("report.md", "results.json", "results.csv"):
+        if not (out / name).is_file() or (out / name).stat().st_size == 0:
+            problems.append(f"{name} was not written")
+    return problems
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

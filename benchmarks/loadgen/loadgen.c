@@ -1,0 +1,556 @@
+// loadgen: an open-loop HTTP/1.1 load generator for latency measurements.
+//
+// A closed-loop client (wrk) sends the next request only after the previous answer, so a server
+// stall also stalls the client and the requests it would have sent are never timed: the stall is
+// hidden ("coordinated omission"). loadgen instead sends on a fixed schedule: request n of the
+// whole run is due at t0 + n / RATE on connection n % CONNECTIONS, whether or not earlier answers
+// have arrived (they then queue, pipelined, on that connection). Each latency is measured from the
+// request's intended send time, not from when it was actually written, so a stall is charged to
+// every request it delayed.
+//
+// Latencies go into a log-bucketed histogram with 128 linear sub-buckets per power of two (at
+// most 1/128 = 0.78% relative error); percentiles are reported as the upper edge of their bucket.
+// The same histogram also records how late loadgen itself was in sending (its own lag), so a run
+// where the generator could not keep its schedule is visible.
+//
+// Output: one JSON object on stdout.
+//
+// Build: gcc -O2 -Wall -Wextra -o loadgen loadgen.c
+// Run:   loadgen -p PORT -r RATE [-a 127.0.0.1] [-P /json] [-c 256] [-d 5] [-w 1] [-H 'Name: value']
+
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/epoll.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+// ---- histogram -------------------------------------------------------------------------------
+
+enum {
+    SUB_BITS = 7,                       // 128 sub-buckets per power of two
+    SUB_COUNT = 1 << SUB_BITS,
+    LINEAR = 2 * SUB_COUNT,             // values below 256 ns are counted exactly
+    BUCKETS = LINEAR + (64 - (SUB_BITS + 1)) * SUB_COUNT,
+};
+
+struct histogram {
+    uint64_t counts[BUCKETS];
+    uint64_t total, min, max;
+    long double sum;
+};
+
+static unsigned bucket_of(uint64_t v)
+{
+    if (v < LINEAR)
+        return (unsigned)v;
+    unsigned msb = 63u - (unsigned)__builtin_clzll(v);   // >= SUB_BITS + 1
+    unsigned shift = msb - SUB_BITS;
+    unsigned top = (unsigned)(v >> shift);               // in [SUB_COUNT, 2 * SUB_COUNT)
+    return LINEAR + (msb - (SUB_BITS + 1)) * SUB_COUNT + (top - SUB_COUNT);
+}
+
+// The largest value that falls in bucket b.
+static uint64_t bucket_upper(unsigned b)
+{
+    if (b < LINEAR)
+        return b;
+    unsigned k = b - LINEAR;
+    unsigned msb = k / SUB_COUNT + SUB_BITS + 1;
+    unsigned shift = msb - SUB_BITS;
+    uint64_t top = SUB_COUNT + k % SUB_COUNT;
+    return ((top + 1) << shift) - 1;
+}
+
+static void hist_record(struct histogram *h, uint64_t v)
+{
+    h->counts[bucket_of(v)]++;
+    if (h->total == 0 || v < h->min)
+        h->min = v;
+    if (v > h->max)
+        h->max = v;
+    h->total++;
+    h->sum += (long double)v;
+}
+
+static uint64_t hist_percentile(const struct histogram *h, double p)
+{
+    if (h->total == 0)
+        return 0;
+    uint64_t rank = (uint64_t)((p / 100.0) * (double)h->total + 0.9999999);
+    if (rank < 1)
+        rank = 1;
+    uint64_t seen = 0;
+    for (unsigned b = 0; b < BUCKETS; b++) {
+        seen += h->counts[b];
+        if (seen >= rank) {
+            uint64_t v = bucket_upper(b);
+            return v > h->max ? h->max : v;
+        }
+    }
+    return h->max;
+}
+
+// ---- connections -----------------------------------------------------------------------------
+
+struct conn {
+    int fd;
+    int connecting;
+    int want_out;              // EPOLLOUT registered
+    uint64_t *intended;        // ring of intended send times (ns) of requests not yet answered
+    size_t head, count, cap;
+    size_t unsent;             // how many of the last `count` requests are not fully written
+    size_t written;            // bytes of the first unsent request already written
+    char *rbuf;
+    size_t rlen, rcap;
+};
+
+struct stats {
+    uint64_t sent, completed, recorded;
+    uint64_t err_connect, err_read, err_write, err_status, err_parse, err_closed, lost, incomplete;
+};
+
+static struct sockaddr_storage target;
+static socklen_t target_len;
+static char *request;
+static size_t request_len;
+static int epoll_fd;
+static struct stats st;
+static struct histogram latency, lag;
+static uint64_t measure_from;   // requests intended before this are warm-up and not recorded
+static uint64_t in_flight;      // requests queued or sent and not yet answered, all connections
+
+static void die(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("loadgen: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    exit(1);
+}
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void set_events(struct conn *c, int op)
+{
+    struct epoll_event ev = { .events = EPOLLIN | (c->want_out ? EPOLLOUT : 0), .data.ptr = c };
+    if (epoll_ctl(epoll_fd, op, c->fd, &ev) != 0)
+        die("epoll_ctl: %s", strerror(errno));
+}
+
+static void conn_open(struct conn *c)
+{
+    c->fd = socket(target.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (c->fd < 0)
+        die("socket: %s", strerror(errno));
+    int one = 1;
+    setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    c->connecting = 1;
+    c->want_out = 1;
+    c->rlen = 0;
+    c->written = 0;
+    if (connect(c->fd, (struct sockaddr *)&target, target_len) != 0 && errno != EINPROGRESS) {
+        st.err_connect++;
+    }
+    set_events(c, EPOLL_CTL_ADD);
+}
+
+// The connection failed: requests already (partly) written are lost, unsent ones are kept and
+// go out on the new connection.
+static void conn_reset(struct conn *c)
+{
+    size_t gone = c->count - c->unsent;
+    st.lost += gone;
+    in_flight -= gone;
+    c->head = (c->head + gone) % c->cap;
+    c->count = c->unsent;
+    close(c->fd);
+    conn_open(c);
+}
+
+static void conn_push(struct conn *c, uint64_t intended)
+{
+    if (c->count == c->cap) {
+        size_t cap = c->cap ? c->cap * 2 : 64;
+        uint64_t *ring = malloc(cap * sizeof *ring);
+        if (!ring)
+            die("out of memory");
+        for (size_t i = 0; i < c->count; i++)
+            ring[i] = c->intended[(c->head + i) % c->cap];
+        free(c->intended);
+        c->intended = ring;
+        c->head = 0;
+        c->cap = cap;
+    }
+    c->intended[(c->head + c->count) % c->cap] = intended;
+    c->count++;
+    c->unsent++;
+    in_flight++;
+}
+
+// Writes as many queued requests as the socket takes, gathered into one writev.
+static void conn_write(struct conn *c)
+{
+    while (c->unsent > 0 && !c->connecting) {
+        struct iovec iov[64];
+        int n = 0;
+        size_t bytes = 0;
+        for (size_t i = 0; i < c->unsent && n < 64; i++, n++) {
+            size_t off = i == 0 ? c->written : 0;
+            iov[n].iov_base = request + off;
+            iov[n].iov_len = request_len - off;
+            bytes += iov[n].iov_len;
+        }
+        ssize_t w = writev(c->fd, iov, n);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK)
+                break;
+            st.err_write++;
+            conn_reset(c);
+            return;
+        }
+        size_t done = (size_t)w + c->written;
+        size_t whole = done / request_len;
+        c->unsent -= whole;
+        c->written = done % request_len;
+        st.sent += whole;
+        if ((size_t)w < bytes)
+            break;
+    }
+    int want = c->unsent > 0 || c->connecting;
+    if (want != c->want_out) {
+        c->want_out = want;
+        set_events(c, EPOLL_CTL_MOD);
+    }
+}
+
+static const char *find_crlfcrlf(const char *p, size_t n)
+{
+    return memmem(p, n, "\r\n\r\n", 4);
+}
+
+// Parses every complete response in the buffer. Returns -1 when the connection must be reset.
+static int conn_parse(struct conn *c, uint64_t now)
+{
+    size_t pos = 0;
+    int reset = 0;
+    while (pos < c->rlen) {
+        const char *start = c->rbuf + pos;
+        size_t avail = c->rlen - pos;
+        const char *end = find_crlfcrlf(start, avail);
+        if (!end)
+            break;
+        size_t head = (size_t)(end - start) + 4;
+        if (avail < 12 || memcmp(start, "HTTP/1.", 7) != 0) {
+            st.err_parse++;
+            return -1;
+        }
+        int status = atoi(start + 9);
+        long long length = -1;
+        int close_after = 0;
+        const char *line = memchr(start, '\n', head) + 1;
+        while (line < start + head - 2) {
+            const char *eol = memchr(line, '\n', (size_t)(start + head - line));
+            size_t len = (size_t)(eol - line);
+            if (len > 15 && strncasecmp(line, "content-length:", 15) == 0)
+                length = atoll(line + 15);
+            else if (len > 11 && strncasecmp(line, "connection:", 11) == 0
+                     && memmem(line, len, "close", 5))
+                close_after = 1;
+            else if (len > 18 && strncasecmp(line, "transfer-encoding:", 18) == 0) {
+                st.err_parse++;   // chunked responses are not supported: the test servers don't send them
+                return -1;
+            }
+            line = eol + 1;
+        }
+        if (length < 0) {
+            st.err_parse++;
+            return -1;
+        }
+        if (avail < head + (size_t)length)
+            break;
+        pos += head + (size_t)length;
+        if (c->count == c->unsent) {
+            st.err_parse++;   // an answer to nothing we sent
+            return -1;
+        }
+        uint64_t intended = c->intended[c->head];
+        c->head = (c->head + 1) % c->cap;
+        c->count--;
+        in_flight--;
+        st.completed++;
+        if (status < 200 || status > 399)
+            st.err_status++;
+        else if (intended >= measure_from) {
+            hist_record(&latency, now > intended ? now - intended : 0);
+            st.recorded++;
+        }
+        if (close_after) {
+            st.err_closed++;
+            reset = 1;
+            break;
+        }
+    }
+    if (pos > 0) {
+        memmove(c->rbuf, c->rbuf + pos, c->rlen - pos);
+        c->rlen -= pos;
+    }
+    return reset ? -1 : 0;
+}
+
+static void conn_read(struct conn *c)
+{
+    for (;;) {
+        if (c->rcap - c->rlen < 4096) {
+            size_t cap = c->rcap ? c->rcap * 2 : 16384;
+            if (cap > (64u << 20))
+                die("a response larger than 64 MiB");
+            char *p = realloc(c->rbuf, cap);
+            if (!p)
+                die("out of memory");
+            c->rbuf = p;
+            c->rcap = cap;
+        }
+        ssize_t n = read(c->fd, c->rbuf + c->rlen, c->rcap - c->rlen);
+        if (n > 0) {
+            c->rlen += (size_t)n;
+            if (conn_parse(c, now_ns()) != 0) {
+                conn_reset(c);
+                return;
+            }
+            if ((size_t)n < 4096)
+                return;   // most likely drained: level-triggered epoll reports the rest
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return;
+        st.err_read++;   // EOF or an error while requests may be outstanding
+        conn_reset(c);
+        return;
+    }
+}
+
+static void conn_event(struct conn *c, uint32_t events)
+{
+    if (c->connecting) {
+        int err = 0;
+        socklen_t len = sizeof err;
+        getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len);
+        if (err != 0 || (events & (EPOLLERR | EPOLLHUP))) {
+            st.err_connect++;
+            close(c->fd);
+            usleep(1000);   // avoid a hot reconnect loop against a refusing server
+            conn_open(c);
+            return;
+        }
+        if (!(events & EPOLLOUT))
+            return;
+        c->connecting = 0;
+    }
+    if (events & (EPOLLIN | EPOLLHUP | EPOLLERR))
+        conn_read(c);
+    if (!c->connecting)
+        conn_write(c);
+}
+
+static int wait_events(struct epoll_event *events, int max, uint64_t timeout_ns)
+{
+    struct timespec ts = { .tv_sec = (time_t)(timeout_ns / 1000000000u), .tv_nsec = (long)(timeout_ns % 1000000000u) };
+    int n = epoll_pwait2(epoll_fd, events, max, &ts, NULL);
+    if (n < 0 && errno == ENOSYS)   // kernels before 5.11: millisecond timeouts
+        n = epoll_wait(epoll_fd, events, max, (int)((timeout_ns + 999999) / 1000000));
+    return n;
+}
+
+static void usage(void)
+{
+    fprintf(stderr,
+            "usage: loadgen -p PORT -r RATE [options]\n"
+            "  -a ADDRESS  numeric server address (default 127.0.0.1)\n"
+            "  -p PORT     server port\n"
+            "  -P PATH     request path (default /json)\n"
+            "  -c N        connections (default 256)\n"
+            "  -r RATE     total requests per second, spread evenly over the connections\n"
+            "  -d SECONDS  measured duration (default 5)\n"
+            "  -w SECONDS  warm-up at the same rate before measuring (default 1)\n"
+            "  -T SECONDS  how long to wait for outstanding answers at the end (default 2)\n"
+            "  -H HEADER   extra request header, repeatable\n");
+    exit(2);
+}
+
+static void print_us(const char *name, uint64_t ns, int last)
+{
+    printf("\"%s\": %.1f%s", name, (double)ns / 1000.0, last ? "" : ", ");
+}
+
+int main(int argc, char **argv)
+{
+    const char *address = "127.0.0.1", *path = "/json";
+    int port = -1, connections = 256, opt;
+    double rate = 0, duration = 5, warmup = 1, drain = 2;
+    char headers[4096] = "";
+    while ((opt = getopt(argc, argv, "a:p:P:c:r:d:w:T:H:h")) != -1) {
+        switch (opt) {
+        case 'a': address = optarg; break;
+        case 'p': port = atoi(optarg); break;
+        case 'P': path = optarg; break;
+        case 'c': connections = atoi(optarg); break;
+        case 'r': rate = atof(optarg); break;
+        case 'd': duration = atof(optarg); break;
+        case 'w': warmup = atof(optarg); break;
+        case 'T': drain = atof(optarg); break;
+        case 'H':
+            if (strlen(headers) + strlen(optarg) + 3 > sizeof headers)
+                die("headers too long");
+            strcat(headers, optarg);
+            strcat(headers, "\r\n");
+            break;
+        default: usage();
+        }
+    }
+    if (port <= 0 || port > 65535 || rate <= 0 || connections < 1 || duration <= 0 || warmup < 0
+        || drain < 0 || optind != argc)
+        usage();
+
+    memset(&target, 0, sizeof target);
+    struct sockaddr_in *v4 = (struct sockaddr_in *)&target;
+    struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)&target;
+    char host[128];
+    if (inet_pton(AF_INET, address, &v4->sin_addr) == 1) {
+        v4->sin_family = AF_INET;
+        v4->sin_port = htons((uint16_t)port);
+        target_len = sizeof *v4;
+        snprintf(host, sizeof host, "%s:%d", address, port);
+    } else if (inet_pton(AF_INET6, address, &v6->sin6_addr) == 1) {
+        v6->sin6_family = AF_INET6;
+        v6->sin6_port = htons((uint16_t)port);
+        target_len = sizeof *v6;
+        snprintf(host, sizeof host, "[%s]:%d", address, port);
+    } else {
+        die("not a numeric address: %s", address);
+    }
+    if (asprintf(&request, "GET %s HTTP/1.1\r\nHost: %s\r\n%s\r\n", path, host, headers) < 0)
+        die("out of memory");
+    request_len = strlen(request);
+
+    signal(SIGPIPE, SIG_IGN);
+    prctl(PR_SET_TIMERSLACK, 1UL);   // the default 50 us slack would delay every scheduled send
+    epoll_fd = epoll_create1(EPOLL_CLOEXEC);
+    if (epoll_fd < 0)
+        die("epoll_create1: %s", strerror(errno));
+
+    struct conn *conns = calloc((size_t)connections, sizeof *conns);
+    if (!conns)
+        die("out of memory");
+    for (int i = 0; i < connections; i++)
+        conn_open(&conns[i]);
+
+    // Connect everything before the clock starts, within 5 s.
+    enum { MAX_EVENTS = 1024 };
+    static struct epoll_event events[MAX_EVENTS];
+    uint64_t deadline = now_ns() + 5000000000ull;
+    for (;;) {
+        int pending = 0;
+        for (int i = 0; i < connections; i++)
+            pending += conns[i].connecting;
+        if (pending == 0)
+            break;
+        uint64_t now = now_ns();
+        if (now >= deadline)
+            die("%d of %d connections not established within 5 s", pending, connections);
+        int n = wait_events(events, MAX_EVENTS, deadline - now);
+        for (int i = 0; i < n; i++)
+            conn_event(events[i].data.ptr, events[i].events);
+    }
+
+    const double interval = 1e9 / rate;
+    const uint64_t t0 = now_ns();
+    measure_from = t0 + (uint64_t)(warmup * 1e9);
+    const uint64_t send_until = measure_from + (uint64_t)(duration * 1e9);
+    const uint64_t drain_until = send_until + (uint64_t)(drain * 1e9);
+    uint64_t next = 0;   // index of the next request in the whole run's schedule
+    for (;;) {
+        uint64_t now = now_ns();
+        for (;;) {
+            uint64_t due = t0 + (uint64_t)((double)next * interval);
+            if (due > now || due >= send_until)
+                break;
+            struct conn *c = &conns[next % (uint64_t)connections];
+            if (due >= measure_from)
+                hist_record(&lag, now - due);
+            conn_push(c, due);
+            conn_write(c);
+            next++;
+        }
+        now = now_ns();
+        if (now >= send_until && (in_flight == 0 || now >= drain_until))
+            break;
+        uint64_t due = t0 + (uint64_t)((double)next * interval);
+        uint64_t wake = due < send_until ? due : drain_until;
+        int n = wait_events(events, MAX_EVENTS, wake > now ? wake - now : 0);
+        if (n < 0 && errno != EINTR)
+            die("epoll_wait: %s", strerror(errno));
+        for (int i = 0; i < n; i++)
+            conn_event(events[i].data.ptr, events[i].events);
+    }
+    for (int i = 0; i < connections; i++) {
+        for (size_t k = 0; k < conns[i].count; k++) {
+            if (conns[i].intended[(conns[i].head + k) % conns[i].cap] >= measure_from)
+                st.incomplete++;
+        }
+    }
+
+    printf("{\"target_rate\": %.1f, \"connections\": %d, \"path\": \"%s\", \"warmup_s\": %.3f, "
+           "\"duration_s\": %.3f, ",
+           rate, connections, path, warmup, duration);
+    printf("\"sent\": %llu, \"completed\": %llu, \"recorded\": %llu, \"achieved_rate\": %.1f, ",
+           (unsigned long long)st.sent, (unsigned long long)st.completed,
+           (unsigned long long)st.recorded, (double)st.recorded / duration);
+    printf("\"errors\": {\"connect\": %llu, \"read\": %llu, \"write\": %llu, \"status\": %llu, "
+           "\"parse\": %llu, \"closed\": %llu, \"lost\": %llu, \"incomplete\": %llu}, ",
+           (unsigned long long)st.err_connect, (unsigned long long)st.err_read,
+           (unsigned long long)st.err_write, (unsigned long long)st.err_status,
+           (unsigned long long)st.err_parse, (unsigned long long)st.err_closed,
+           (unsigned long long)st.lost, (unsigned long long)st.incomplete);
+    printf("\"latency_us\": {");
+    print_us("min", latency.min, 0);
+    print_us("p50", hist_percentile(&latency, 50), 0);
+    print_us("p75", hist_percentile(&latency, 75), 0);
+    print_us("p90", hist_percentile(&latency, 90), 0);
+    print_us("p99", hist_percentile(&latency, 99), 0);
+    print_us("p99.9", hist_percentile(&latency, 99.9), 0);
+    print_us("p99.99", hist_percentile(&latency, 99.99), 0);
+    print_us("max", latency.max, 0);
+    printf("\"mean\": %.1f}, ", latency.total ? (double)(latency.sum / latency.total) / 1000.0 : 0.0);
+    printf("\"send_lag_us\": {");
+    print_us("p50", hist_percentile(&lag, 50), 0);
+    print_us("p99", hist_percentile(&lag, 99), 0);
+    print_us("max", lag.max, 1);
+    printf("}, \"histogram\": {\"sub_buckets\": %d, \"max_relative_error\": %.4f}}\n", SUB_COUNT,
+           1.0 / SUB_COUNT);
+    return 0;
+}
