@@ -20,11 +20,13 @@ internal sealed unsafe class EventLoop : PipeScheduler
     private const int Awake = 0;
     private const int Sleeping = 1;
     private const int Notified = 2;
+    private const int DispatchPollMs = 1;
 
     [ThreadStatic]
     private static EventLoop? t_current;
 
     private readonly LinuxTransportOptions _options;
+    private readonly ThreadPoolDispatchQueue? _dispatchQueue;
     private readonly TransportMetrics _metrics;
     private readonly ILogger _logger;
     private readonly Thread _thread;
@@ -87,9 +89,8 @@ internal sealed unsafe class EventLoop : PipeScheduler
         _useAioReceive = options.AioReceive && Engine.HasAio;
         _useAioSend = options.AioSend && Engine.HasAio;
 
-        ApplicationScheduler = options.ApplicationSchedulingMode == ApplicationSchedulingMode.Inline
-            ? Inline
-            : new ThreadPoolDispatchQueue();
+        _dispatchQueue = options.ApplicationSchedulingMode == ApplicationSchedulingMode.Inline ? null : new ThreadPoolDispatchQueue(this);
+        ApplicationScheduler = (PipeScheduler?)_dispatchQueue ?? Inline;
 
         // Computed once per loop, not per connection. The transport's own side of each pipe
         // (writing input, reading output) continues on this loop.
@@ -164,8 +165,25 @@ internal sealed unsafe class EventLoop : PipeScheduler
             return;
         }
 
-        // Write the eventfd only when the loop may be blocked in epoll_wait, at most once per sleep.
-        if (t_current != this && Interlocked.CompareExchange(ref _state, Notified, Sleeping) == Sleeping)
+        if (t_current == this)
+        {
+            return;
+        }
+
+        // Continuations that this loop's own dispatch batch schedules (each response flush of a
+        // pipelined batch, say) wake the loop once when the batch ends, not once per flush.
+        if (_dispatchQueue is not null && _dispatchQueue.DeferWake())
+        {
+            return;
+        }
+
+        Wake();
+    }
+
+    /// <summary>Writes the eventfd only when the loop may be blocked in epoll_wait, at most once per sleep.</summary>
+    public void Wake()
+    {
+        if (Interlocked.CompareExchange(ref _state, Notified, Sleeping) == Sleeping)
         {
             EventFd.Signal(_eventFd);
         }
@@ -314,6 +332,7 @@ internal sealed unsafe class EventLoop : PipeScheduler
                 RunScheduledWork();
                 RunSends();
                 RetryBackedOffListeners();
+                _dispatchQueue?.HelpIfStalled();
 
                 if (_stopRequested && ReadyToExit())
                 {
@@ -341,13 +360,22 @@ internal sealed unsafe class EventLoop : PipeScheduler
             return 0;
         }
 
+        int timeout = -1;
         if (_backedOff.Count > 0)
         {
             long wait = _backedOff.Min(static r => r.RetryAt) - Environment.TickCount64;
-            return (int)Math.Clamp(wait, 0, 1000);
+            timeout = (int)Math.Clamp(wait, 0, 1000);
         }
 
-        return -1;
+        // While a dispatch batch runs, its wake-up comes when the batch ends. Should the app block
+        // inside the batch waiting for this loop (synchronous I/O under backpressure), a short
+        // poll keeps that from turning into a deadlock.
+        if (_dispatchQueue is { IsRunning: true })
+        {
+            timeout = timeout < 0 ? DispatchPollMs : Math.Min(timeout, DispatchPollMs);
+        }
+
+        return timeout;
     }
 
     private bool ReadyToExit() => _connections.Count == 0 && (_listeners.Count == 0 || _abortOnStop);

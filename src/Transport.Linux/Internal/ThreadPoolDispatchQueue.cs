@@ -1,4 +1,5 @@
 using System.Collections.Concurrent;
+using System.Diagnostics;
 using System.IO.Pipelines;
 
 namespace Kestrel.Transport.Linux.Internal;
@@ -6,12 +7,27 @@ namespace Kestrel.Transport.Linux.Internal;
 /// <summary>
 /// Hands continuations to the thread pool in batches: however many connections a loop pass wakes,
 /// the pass costs one thread-pool work item, and queuing one allocates nothing (this object is the
-/// work item). The same idea as Kestrel's IOQueue; one queue per event loop.
+/// work item). The same idea as Kestrel's IOQueue; one queue per event loop. Work the batch posts
+/// back to its loop wakes the loop once, when the batch ends.
 /// </summary>
-internal sealed class ThreadPoolDispatchQueue : PipeScheduler, IThreadPoolWorkItem
+internal sealed class ThreadPoolDispatchQueue(EventLoop loop) : PipeScheduler, IThreadPoolWorkItem
 {
+    /// <summary>A continuation running longer than this with work queued behind it gets help (1 ms).</summary>
+    private static readonly long s_stallTicks = Stopwatch.Frequency / 1000;
+
+    [ThreadStatic]
+    private static ThreadPoolDispatchQueue? t_running;
+
+    [ThreadStatic]
+    private static bool t_wakeDeferred;
+
     private readonly ConcurrentQueue<ScheduledWork> _queue = new();
     private int _scheduled;
+    private int _running;
+    private long _itemStarted;
+
+    /// <summary>True while a thread-pool thread is running this queue's batch.</summary>
+    public bool IsRunning => Volatile.Read(ref _running) > 0;
 
     public override void Schedule(Action<object?> action, object? state)
     {
@@ -22,22 +38,72 @@ internal sealed class ThreadPoolDispatchQueue : PipeScheduler, IThreadPoolWorkIt
         }
     }
 
+    /// <summary>
+    /// Called by the loop when work is posted to it: true (and the wake-up is left to the end of the
+    /// batch) when the caller is this queue's own batch.
+    /// </summary>
+    public bool DeferWake()
+    {
+        if (t_running != this)
+        {
+            return false;
+        }
+
+        t_wakeDeferred = true;
+        return true;
+    }
+
+    /// <summary>
+    /// Called by the loop on every pass while a batch runs. A batch runs continuations one after the
+    /// other, so an app that blocks in one (synchronous body I/O) could wait forever for a continuation
+    /// queued behind it; when one runs for over a millisecond with work waiting, another thread-pool
+    /// thread drains the queue too, as the thread pool itself would have run them in parallel.
+    /// </summary>
+    public void HelpIfStalled()
+    {
+        long started = Volatile.Read(ref _itemStarted);
+        if (started != 0
+            && Stopwatch.GetTimestamp() - started > s_stallTicks
+            && !_queue.IsEmpty
+            && Interlocked.CompareExchange(ref _itemStarted, Stopwatch.GetTimestamp(), started) == started)
+        {
+            System.Threading.ThreadPool.UnsafeQueueUserWorkItem(this, preferLocal: false);
+        }
+    }
+
     void IThreadPoolWorkItem.Execute()
     {
-        while (true)
+        t_running = this;
+        Interlocked.Increment(ref _running);
+        try
         {
-            while (_queue.TryDequeue(out var work))
+            while (true)
             {
-                work.Run();
+                while (_queue.TryDequeue(out var work))
+                {
+                    Volatile.Write(ref _itemStarted, Stopwatch.GetTimestamp());
+                    work.Run();
+                }
+
+                Volatile.Write(ref _itemStarted, 0);
+                Volatile.Write(ref _scheduled, 0);
+
+                // Work enqueued after the drain but before the flag cleared saw _scheduled == 1 and did
+                // not queue us: look again, and stay scheduled only if nobody else took over.
+                if (_queue.IsEmpty || Interlocked.CompareExchange(ref _scheduled, 1, 0) != 0)
+                {
+                    return;
+                }
             }
-
-            Volatile.Write(ref _scheduled, 0);
-
-            // Work enqueued after the drain but before the flag cleared saw _scheduled == 1 and did
-            // not queue us: look again, and stay scheduled only if nobody else took over.
-            if (_queue.IsEmpty || Interlocked.CompareExchange(ref _scheduled, 1, 0) != 0)
+        }
+        finally
+        {
+            Interlocked.Decrement(ref _running);
+            t_running = null;
+            if (t_wakeDeferred)
             {
-                return;
+                t_wakeDeferred = false;
+                loop.Wake();
             }
         }
     }
