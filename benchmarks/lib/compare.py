@@ -24,6 +24,7 @@ import argparse
 import ctypes
 import datetime
 import json
+import math
 import os
 import platform
 import random
@@ -489,7 +490,7 @@ class Runner:
         """Runs wrk; returns (parsed WRK_RESULT, command line, load-generator CPU seconds)."""
         argv = (["taskset", "-c", cpus] if cpus else []) + [
             "wrk", "-t", str(min(threads, scenario.connections)), "-c", str(scenario.connections),
-            "-d", f"{duration:g}s", "--timeout", "2s", "-s", str(PIPELINE_LUA)]
+            "-d", f"{max(1, math.ceil(duration))}s", "--timeout", "2s", "-s", str(PIPELINE_LUA)]
         for header in scenario.headers:
             argv += ["-H", header]
         argv += [url + scenario.path, "--", str(scenario.depth)]
@@ -953,10 +954,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="a few minutes: 2 rounds, short windows, a subset of scenarios (for CI: correctness only)")
     p.add_argument("--out", help="output directory (default artifacts/benchmarks/<timestamp>)")
     p.add_argument("--rounds", type=int, help="rounds per phase (default 5, --quick 2)")
-    p.add_argument("--duration", type=float, help="measured window in seconds (default 2.5, --quick 2)")
-    p.add_argument("--warmup", type=float, help="warm-up before each further scenario on the same server "
-                   "(default 0.5 s)")
-    p.add_argument("--warmup-first", type=float, help="warm-up right after a server starts (default 1.5 s, --quick 1)")
+    p.add_argument("--duration", type=int, help="measured window in whole seconds, as wrk takes them (default 3, --quick 2)")
+    p.add_argument("--warmup", type=int, help="warm-up before each further scenario on the same server "
+                   "(whole seconds; default 1 s)")
+    p.add_argument("--warmup-first", type=int, help="warm-up right after a server starts (whole seconds; default 2 s, --quick 1)")
     p.add_argument("--latency-duration", type=float, help="open-loop measured window (default 4 s, --quick 2)")
     p.add_argument("--latency-rate", type=float, help="open-loop rate in req/s (default: half of the baseline's "
                    "median json-256 throughput; --quick 2000)")
@@ -979,9 +980,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args = p.parse_args(argv)
     quick = args.quick
     args.rounds = args.rounds or (2 if quick else 5)
-    args.duration = args.duration or (2.0 if quick else 2.5)
-    args.warmup = args.warmup if args.warmup is not None else 0.5
-    args.warmup_first = args.warmup_first if args.warmup_first is not None else (1.0 if quick else 1.5)
+    # wrk's -d takes whole seconds ("2.5s" is a usage error), so every wrk window is an integer.
+    args.duration = args.duration or (2 if quick else 3)
+    args.warmup = args.warmup if args.warmup is not None else 1
+    args.warmup_first = args.warmup_first if args.warmup_first is not None else (1 if quick else 2)
     args.latency_duration = args.latency_duration or (2.0 if quick else 4.0)
     args.wrk_threads = args.wrk_threads or cpu_count(args.client_cpus)
     args.phases = [x for x in args.phases.split(",") if x]
