@@ -631,11 +631,7 @@ internal sealed unsafe class EventLoop : PipeScheduler
             connection.AbortOnLoop(reason);
         }
 
-        foreach (var connection in _connections)
-        {
-            _metrics.CurrentConnections.Add(-1);
-        }
-
+        // AbortOnLoop closed and unregistered each one (and counted it out of the meter).
         _connections.Clear();
         _metrics.Retire(this);
         foreach (var registration in _listeners)
