@@ -123,10 +123,6 @@ internal sealed unsafe class EventLoop : PipeScheduler
 
     public LinuxTransportOptions Options => _options;
 
-    public ILogger Logger => _logger;
-
-    public bool IsOnLoopThread => t_current == this;
-
     /// <summary>True when this loop's receives or sends go through io_submit.</summary>
     public bool UsesAio => _useAioReceive || _useAioSend;
 

@@ -71,8 +71,6 @@ internal sealed class EventLoopGroup
         }
     }
 
-    public bool IsStopping => Volatile.Read(ref _references) < 0;
-
     /// <summary>Stops every loop now, resetting what is still open, and waits for the threads.</summary>
     public async Task StopAsync()
     {
@@ -88,6 +86,4 @@ internal sealed class EventLoopGroup
             loop.Join();
         }
     }
-
-    public Task WhenStopped => Task.WhenAll(_loops.Select(static l => l.Stopped));
 }

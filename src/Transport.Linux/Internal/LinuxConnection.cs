@@ -114,9 +114,6 @@ internal sealed class LinuxConnection : ConnectionContext,
 
     public MemoryPool<byte> MemoryPool => _loop.Pool;
 
-    /// <summary>Completes when the fd is closed and the transport's side of both pipes is complete.</summary>
-    public Task Closed => _closed.Task;
-
     /// <summary>Thread-safe. Resets the connection: reads throw <paramref name="abortReason"/> and the peer gets RST.</summary>
     public override void Abort(ConnectionAbortedException abortReason)
     {
