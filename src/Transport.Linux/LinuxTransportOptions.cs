@@ -64,6 +64,45 @@ public sealed class LinuxTransportOptions
     public long? MaxWriteBufferSize { get; set; } = 64 * 1024;
 
     /// <summary>
+    /// Pin each event-loop thread to one CPU: loop <c>i</c> runs on the <c>i</c>-th CPU the process may use
+    /// (modulo their number), so a loop, its sockets' softirq work and its caches stay together. Useful
+    /// when the process owns its CPUs (one server per machine or cgroup); harmful when other busy
+    /// processes share them. Default: false.
+    /// </summary>
+    public bool CpuAffinity { get; set; }
+
+    /// <summary>
+    /// TCP_DEFER_ACCEPT on the listening sockets, in seconds (tcp(7)): the kernel completes a connection
+    /// to the server only once its first data arrives (or the time has passed), so clients that
+    /// connect and send nothing never cost an accept or a pipe. 0 (the default) leaves it off. Range 0..3600.
+    /// </summary>
+    public int TcpDeferAcceptSeconds { get; set; }
+
+    /// <summary>
+    /// Busy polling, in microseconds (0, the default, is off): SO_BUSY_POLL on every accepted socket and,
+    /// where the kernel has them (Linux 6.9+), the epoll instance's busy-poll parameters (EPIOCSPARAMS),
+    /// so an idle loop polls the NIC's queue for this long before sleeping. Trades CPU for latency on
+    /// real NICs with NAPI; it does nothing on loopback. Raising SO_BUSY_POLL above
+    /// <c>net.core.busy_read</c> needs CAP_NET_ADMIN; a refusal is logged once per loop. Range 0..1000000.
+    /// </summary>
+    public int BusyPollMicroseconds { get; set; }
+
+    /// <summary>
+    /// Set TCP_QUICKACK on accepted sockets and again after every receive (Linux clears it on its own,
+    /// tcp(7)), so the kernel acknowledges at once instead of delaying the ACK for a response to carry.
+    /// Costs one setsockopt per read. Default: false.
+    /// </summary>
+    public bool TcpQuickAck { get; set; }
+
+    /// <summary>
+    /// TCP_NOTSENT_LOWAT on accepted sockets, in bytes (0, the default, leaves the system setting
+    /// <c>net.ipv4.tcp_notsent_lowat</c>): the socket reports writable only when fewer unsent bytes than this
+    /// are queued, which keeps large responses in the pipe (where backpressure applies) instead of the
+    /// kernel's send buffer. Range 0..2147483647.
+    /// </summary>
+    public int TcpNotSentLowAtBytes { get; set; }
+
+    /// <summary>
     /// Use the native batch engine (libktl_native.so) when it can be loaded. When false, or when the
     /// library is missing, the transport performs the same batches with managed P/Invoke calls.
     /// </summary>
@@ -84,6 +123,21 @@ public sealed class LinuxTransportOptions
         if (Backlog is < 1 or > 65535)
         {
             yield return $"{nameof(LinuxTransportOptions)}.{nameof(Backlog)} must be between 1 and 65535, but was {Backlog}.";
+        }
+
+        if (TcpDeferAcceptSeconds is < 0 or > 3600)
+        {
+            yield return $"{nameof(LinuxTransportOptions)}.{nameof(TcpDeferAcceptSeconds)} must be between 0 and 3600, but was {TcpDeferAcceptSeconds}.";
+        }
+
+        if (BusyPollMicroseconds is < 0 or > 1_000_000)
+        {
+            yield return $"{nameof(LinuxTransportOptions)}.{nameof(BusyPollMicroseconds)} must be between 0 and 1000000, but was {BusyPollMicroseconds}.";
+        }
+
+        if (TcpNotSentLowAtBytes < 0)
+        {
+            yield return $"{nameof(LinuxTransportOptions)}.{nameof(TcpNotSentLowAtBytes)} must be non-negative, but was {TcpNotSentLowAtBytes}.";
         }
 
         if (MaxReadBufferSize is < 0)

@@ -50,6 +50,13 @@ internal sealed unsafe class EventLoop : PipeScheduler
     private bool _abortOnStop;
     private bool _exited;
     private bool _batchRunning;
+    private int _threadId;
+
+    // Socket options the options ask for on accepted sockets; each one that the kernel refuses is
+    // logged once for this loop and then no longer tried.
+    private bool _applyBusyPoll;
+    private bool _applyQuickAck;
+    private bool _applyNotSentLowAt;
 
     // Totals read by the meter's observable instruments; written only by this loop's thread.
     private long _passCount;
@@ -99,11 +106,32 @@ internal sealed unsafe class EventLoop : PipeScheduler
         InputPipeOptions = new PipeOptions(pool, ApplicationScheduler, this, maxRead, maxRead / 2, useSynchronizationContext: false);
         OutputPipeOptions = new PipeOptions(pool, this, ApplicationScheduler, maxWrite, maxWrite / 2, useSynchronizationContext: false);
 
+        _applyBusyPoll = options.BusyPollMicroseconds > 0;
+        _applyQuickAck = options.TcpQuickAck;
+        _applyNotSentLowAt = options.TcpNotSentLowAtBytes > 0;
+        if (options.BusyPollMicroseconds > 0)
+        {
+            int rc = Epoll.SetBusyPollParameters(_epollFd, (uint)options.BusyPollMicroseconds);
+            if (rc < 0)
+            {
+                TransportLog.OptionNotApplied(logger, "epoll busy-poll parameters (EPIOCSPARAMS)", $"loop {index}", Errno.Describe(-rc));
+            }
+        }
+
         _thread = new Thread(Run) { IsBackground = true, Name = $"Kestrel Linux loop {index}" };
         metrics.Add(this);
     }
 
     public int Index { get; }
+
+    /// <summary>The loop's epoll instance (for tests and diagnostics).</summary>
+    public int EpollFd => _epollFd;
+
+    /// <summary>The kernel's id of the loop thread (0 until it runs).</summary>
+    public int ThreadId => Volatile.Read(ref _threadId);
+
+    /// <summary>True when receives re-arm TCP_QUICKACK (tcp(7): the kernel clears it by itself).</summary>
+    public bool QuickAck => _applyQuickAck;
 
     public long PassCount => Volatile.Read(ref _passCount);
 
@@ -294,6 +322,12 @@ internal sealed unsafe class EventLoop : PipeScheduler
     private void Run()
     {
         t_current = this;
+        Volatile.Write(ref _threadId, Affinity.CurrentThreadId());
+        if (_options.CpuAffinity)
+        {
+            PinThread();
+        }
+
         byte* events = (byte*)NativeMemory.Alloc((nuint)(MaxEventsPerWait * Epoll.EventSize));
         try
         {
@@ -347,6 +381,56 @@ internal sealed unsafe class EventLoop : PipeScheduler
             Shutdown();
             t_current = null;
         }
+    }
+
+    private void PinThread()
+    {
+        var cpus = Affinity.AllowedCpus(out int errno);
+        int rc = cpus.Count == 0 ? -errno : Affinity.PinCurrentThread(cpus[Index % cpus.Count]);
+        if (rc < 0)
+        {
+            TransportLog.OptionNotApplied(_logger, "CpuAffinity (sched_setaffinity)", $"loop {Index}", Errno.Describe(-rc));
+        }
+        else
+        {
+            TransportLog.LoopPinned(_logger, Index, cpus[Index % cpus.Count]);
+        }
+    }
+
+    /// <summary>Sets the per-socket options the options ask for on an accepted TCP socket.</summary>
+    private void ApplyAcceptedSocketOptions(int fd)
+    {
+        if (_options.NoDelay)
+        {
+            Interop.Socket.SetOption(fd, Interop.Socket.IPPROTO_TCP, Interop.Socket.TCP_NODELAY, 1);
+        }
+
+        if (_applyBusyPoll)
+        {
+            _applyBusyPoll = TrySetOption(fd, Interop.Socket.SOL_SOCKET, Interop.Socket.SO_BUSY_POLL, _options.BusyPollMicroseconds, "SO_BUSY_POLL");
+        }
+
+        if (_applyQuickAck)
+        {
+            _applyQuickAck = TrySetOption(fd, Interop.Socket.IPPROTO_TCP, Interop.Socket.TCP_QUICKACK, 1, "TCP_QUICKACK");
+        }
+
+        if (_applyNotSentLowAt)
+        {
+            _applyNotSentLowAt = TrySetOption(fd, Interop.Socket.IPPROTO_TCP, Interop.Socket.TCP_NOTSENT_LOWAT, _options.TcpNotSentLowAtBytes, "TCP_NOTSENT_LOWAT");
+        }
+    }
+
+    private bool TrySetOption(int fd, int level, int name, int value, string option)
+    {
+        int rc = Interop.Socket.SetOption(fd, level, name, value);
+        if (rc < 0)
+        {
+            TransportLog.OptionNotApplied(_logger, option, $"accepted sockets of loop {Index}", Errno.Describe(-rc));
+            return false;
+        }
+
+        return true;
     }
 
     private int ComputeTimeout()
@@ -590,9 +674,9 @@ internal sealed unsafe class EventLoop : PipeScheduler
         try
         {
             var remote = Interop.Socket.ParseAddress(address);
-            if (remote is System.Net.IPEndPoint && _options.NoDelay)
+            if (remote is System.Net.IPEndPoint)
             {
-                Interop.Socket.SetOption(fd, Interop.Socket.IPPROTO_TCP, Interop.Socket.TCP_NODELAY, 1);
+                ApplyAcceptedSocketOptions(fd);
             }
 
             var local = Interop.Socket.GetLocalEndPoint(fd) ?? registration.Listener.EndPoint;

@@ -16,9 +16,6 @@ internal sealed record KernelFeatures(
     bool BusyPoll,
     bool EpollBusyPollParameters)
 {
-    private const int SO_BUSY_POLL = 46;   // Linux 3.11, socket(7)
-    private const int SO_ZEROCOPY = 60;    // Linux 4.14, msg_zerocopy.rst
-
     private static readonly Lazy<KernelFeatures> s_current = new(Probe);
 
     public static KernelFeatures Current => s_current.Value;
@@ -42,8 +39,8 @@ internal sealed record KernelFeatures(
         if (tcp >= 0)
         {
             reusePort = Interop.Socket.SetOption(tcp, Interop.Socket.SOL_SOCKET, Interop.Socket.SO_REUSEPORT, 1) == 0;
-            zeroCopy = Interop.Socket.SetOption(tcp, Interop.Socket.SOL_SOCKET, SO_ZEROCOPY, 1) == 0;
-            busyPoll = Interop.Socket.SetOption(tcp, Interop.Socket.SOL_SOCKET, SO_BUSY_POLL, 0) == 0;
+            zeroCopy = Interop.Socket.SetOption(tcp, Interop.Socket.SOL_SOCKET, Interop.Socket.SO_ZEROCOPY, 1) == 0;
+            busyPoll = Interop.Socket.SetOption(tcp, Interop.Socket.SOL_SOCKET, Interop.Socket.SO_BUSY_POLL, 0) == 0;
             LibC.CloseFd(tcp);
         }
 

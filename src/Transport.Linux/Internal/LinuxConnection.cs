@@ -59,6 +59,7 @@ internal sealed class LinuxConnection : ConnectionContext,
     private ReadResult _readResult;
     private ValueTask<ReadResult> _read;
 
+    private readonly bool _quickAck;
     private bool _fdClosed;
     private int _connectionClosedFired;
     private ConnectionAbortedException? _abortReason;
@@ -69,6 +70,7 @@ internal sealed class LinuxConnection : ConnectionContext,
         Fd = fd;
         LocalEndPoint = localEndPoint;
         RemoteEndPoint = remoteEndPoint;
+        _quickAck = loop.QuickAck && remoteEndPoint is IPEndPoint;
 
         _input = new Pipe(loop.InputPipeOptions);
         _output = new Pipe(loop.OutputPipeOptions);
@@ -192,6 +194,10 @@ internal sealed class LinuxConnection : ConnectionContext,
         if (result > 0)
         {
             _input.Writer.Advance((int)result);
+            if (_quickAck)
+            {
+                Interop.Socket.SetOption(Fd, Interop.Socket.IPPROTO_TCP, Interop.Socket.TCP_QUICKACK, 1);
+            }
 
             // With edge-triggered epoll a short read means the socket is drained: any later arrival
             // raises a new edge. After a hang-up there is no further edge, so read until EOF.

@@ -50,6 +50,11 @@ internal sealed class LinuxConnectionListener : IConnectionListener
                 shared = !KernelFeatures.Current.ReusePort;
                 fds = BindReusePortGroup(ip, shared ? 1 : group.Loops.Count, options.Backlog, reusePort: !shared, out int port);
                 listener = new LinuxConnectionListener(group, new IPEndPoint(ip.Address, port), logger, null, 0);
+                if (options.TcpDeferAcceptSeconds > 0)
+                {
+                    SetDeferAccept(fds, options.TcpDeferAcceptSeconds, listener.EndPoint, logger);
+                }
+
                 if (shared)
                 {
                     TransportLog.NoReusePort(logger, listener.EndPoint);
@@ -142,6 +147,20 @@ internal sealed class LinuxConnectionListener : IConnectionListener
         }
 
         return fds;
+    }
+
+    /// <summary>TCP_DEFER_ACCEPT on each listening socket (tcp(7)); a refusal is logged, never fatal.</summary>
+    private static void SetDeferAccept(List<int> fds, int seconds, EndPoint endPoint, ILogger logger)
+    {
+        foreach (int fd in fds)
+        {
+            int rc = Interop.Socket.SetOption(fd, Interop.Socket.IPPROTO_TCP, Interop.Socket.TCP_DEFER_ACCEPT, seconds);
+            if (rc < 0)
+            {
+                TransportLog.OptionNotApplied(logger, "TCP_DEFER_ACCEPT", endPoint.ToString() ?? "listener", Errno.Describe(-rc));
+                return;
+            }
+        }
     }
 
     private static int CreateTcpSocket(int family, bool dualMode, bool reusePort, IPEndPoint endPoint)

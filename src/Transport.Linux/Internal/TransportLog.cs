@@ -49,4 +49,10 @@ internal static partial class TransportLog
 
     [LoggerMessage(14, LogLevel.Warning, "SO_REUSEPORT is not available: {EndPoint} is bound once and every loop polls that socket with EPOLLEXCLUSIVE.")]
     public static partial void NoReusePort(ILogger logger, EndPoint endPoint);
+
+    [LoggerMessage(15, LogLevel.Warning, "{Option} could not be applied on {Target}: {Error}. The transport goes on without it.")]
+    public static partial void OptionNotApplied(ILogger logger, string option, string target, string error);
+
+    [LoggerMessage(16, LogLevel.Debug, "Loop {Loop} pinned to CPU {Cpu}.")]
+    public static partial void LoopPinned(ILogger logger, int loop, int cpu);
 }

@@ -40,6 +40,9 @@ internal static unsafe partial class Epoll
     // EPIOCGPARAMS = _IOR(0x8A, 0x02, struct epoll_params): linux/eventpoll.h, Linux 6.9.
     private const nuint EPIOCGPARAMS = 0x80088A02;
 
+    // EPIOCSPARAMS = _IOW(0x8A, 0x01, struct epoll_params).
+    private const nuint EPIOCSPARAMS = 0x40088A01;
+
     [LibraryImport(LibC.Name, EntryPoint = "ioctl", SetLastError = true)]
     private static partial int ioctl(int fd, nuint request, void* argument);
 
@@ -50,6 +53,17 @@ internal static unsafe partial class Epoll
         int rc = Errno.Check(ioctl(epfd, EPIOCGPARAMS, &value));
         parameters = value;
         return rc;
+    }
+
+    /// <summary>
+    /// Sets the epoll instance's busy-poll parameters (struct epoll_params { u32 busy_poll_usecs;
+    /// u16 busy_poll_budget; u8 prefer_busy_poll; u8 pad; }); a budget of 0 means the kernel's default.
+    /// 0 or -errno (ENOTTY before Linux 6.9).
+    /// </summary>
+    public static int SetBusyPollParameters(int epfd, uint microseconds)
+    {
+        ulong value = microseconds;
+        return Errno.Check(ioctl(epfd, EPIOCSPARAMS, &value));
     }
 
     public static int Create() => Errno.Check(epoll_create1(EPOLL_CLOEXEC));

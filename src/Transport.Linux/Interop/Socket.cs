@@ -26,6 +26,11 @@ internal static unsafe partial class Socket
     public const int IPPROTO_TCP = 6;
     public const int IPPROTO_IPV6 = 41;
     public const int TCP_NODELAY = 1;
+    public const int TCP_DEFER_ACCEPT = 9;    // tcp(7)
+    public const int TCP_QUICKACK = 12;       // tcp(7)
+    public const int TCP_NOTSENT_LOWAT = 25;  // Linux 3.12, tcp(7)
+    public const int SO_BUSY_POLL = 46;       // Linux 3.11, socket(7)
+    public const int SO_ZEROCOPY = 60;        // Linux 4.14, msg_zerocopy.rst
     public const int IPV6_V6ONLY = 26;
 
     public const int SHUT_WR = 1;

@@ -20,4 +20,19 @@ public sealed class OptionsValidationTests(ITestOutputHelper output)
         output.WriteLine(failure.ToString());
         Assert.Contains("ThreadCount", failure.Message, StringComparison.Ordinal);
     }
+
+    [Theory]
+    [InlineData("TcpDeferAcceptSeconds", -1)]
+    [InlineData("TcpDeferAcceptSeconds", 3601)]
+    [InlineData("BusyPollMicroseconds", -1)]
+    [InlineData("BusyPollMicroseconds", 1_000_001)]
+    [InlineData("TcpNotSentLowAtBytes", -1)]
+    public void Out_of_range_socket_options_are_refused_with_the_option_named(string option, int value)
+    {
+        var options = new LinuxTransportOptions();
+        typeof(LinuxTransportOptions).GetProperty(option)!.SetValue(options, value);
+        var error = Assert.Single(options.Validate());
+        Assert.Contains(option, error, StringComparison.Ordinal);
+        Assert.Contains(value.ToString(System.Globalization.CultureInfo.InvariantCulture), error, StringComparison.Ordinal);
+    }
 }

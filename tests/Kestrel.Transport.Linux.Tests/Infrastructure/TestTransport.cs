@@ -17,6 +17,9 @@ internal sealed class TransportSettings
 
     /// <summary>Linux only.</summary>
     public int ThreadCount { get; set; } = Transports.LinuxThreadCount;
+
+    /// <summary>Linux only: applied after everything else.</summary>
+    public Action<LinuxTransportOptions>? Linux { get; set; }
 }
 
 /// <summary>
@@ -75,6 +78,7 @@ internal sealed class TestTransport : IAsyncDisposable
         options.ThreadCount = settings.ThreadCount;
         options.MaxReadBufferSize = settings.MaxReadBufferSize;
         options.MaxWriteBufferSize = settings.MaxWriteBufferSize;
+        settings.Linux?.Invoke(options);
         var loggerFactory = TestOutputLoggerProvider.CreateFactory(output);
         var linux = new LinuxTransportFactory(Options.Create(options), loggerFactory, memoryPool);
         return new TestTransport(kind, linux, linux, loggerFactory, memoryPool);

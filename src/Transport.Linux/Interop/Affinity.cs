@@ -1,0 +1,57 @@
+using System.Runtime.InteropServices;
+
+namespace Kestrel.Transport.Linux.Interop;
+
+/// <summary>sched_getaffinity(2) / sched_setaffinity(2) for the calling thread, and gettid(2).</summary>
+internal static unsafe partial class Affinity
+{
+    // cpu_set_t is 1024 bits in glibc; the kernel accepts any multiple of the word size that covers its CPUs.
+    private const int MaskBytes = 128;
+
+    [LibraryImport(LibC.Name, EntryPoint = "sched_getaffinity", SetLastError = true)]
+    private static partial int sched_getaffinity(int pid, nuint size, byte* mask);
+
+    [LibraryImport(LibC.Name, EntryPoint = "sched_setaffinity", SetLastError = true)]
+    private static partial int sched_setaffinity(int pid, nuint size, byte* mask);
+
+    [LibraryImport(LibC.Name, EntryPoint = "gettid")]
+    private static partial int gettid();
+
+    /// <summary>The kernel's id of the calling thread (the name under /proc/self/task).</summary>
+    public static int CurrentThreadId() => gettid();
+
+    /// <summary>The CPUs the calling thread may run on, in ascending order; empty with <paramref name="errno"/> set on failure.</summary>
+    public static List<int> AllowedCpus(out int errno)
+    {
+        byte* mask = stackalloc byte[MaskBytes];
+        new Span<byte>(mask, MaskBytes).Clear();
+        var cpus = new List<int>();
+        errno = -Errno.Check(sched_getaffinity(0, MaskBytes, mask));
+        if (errno == 0)
+        {
+            for (int cpu = 0; cpu < MaskBytes * 8; cpu++)
+            {
+                if ((mask[cpu / 8] & (1 << (cpu % 8))) != 0)
+                {
+                    cpus.Add(cpu);
+                }
+            }
+        }
+
+        return cpus;
+    }
+
+    /// <summary>Pins the calling thread to <paramref name="cpu"/>; 0 or -errno.</summary>
+    public static int PinCurrentThread(int cpu)
+    {
+        if (cpu is < 0 or >= MaskBytes * 8)
+        {
+            return -Errno.EINVAL;
+        }
+
+        byte* mask = stackalloc byte[MaskBytes];
+        new Span<byte>(mask, MaskBytes).Clear();
+        mask[cpu / 8] = (byte)(1 << (cpu % 8));
+        return Errno.Check(sched_setaffinity(0, MaskBytes, mask));
+    }
+}
