@@ -1,0 +1,219 @@
+using System.Globalization;
+using System.Text;
+using Microsoft.Diagnostics.Tracing;
+using Microsoft.Diagnostics.Tracing.Etlx;
+
+namespace Kestrel.Transport.Linux.TraceAnalyzer;
+
+/// <summary>
+/// Summarizes the EventPipe SampleProfiler samples of a .nettrace between two times: the share of
+/// samples by area (our transport, Kestrel, pipelines, sockets, thread pool, GC/runtime) and the top
+/// frames by exclusive and inclusive count. The sample profiler takes a stack of every managed thread
+/// about every millisecond; a sample is "managed" when the thread was running managed code and
+/// "external" when it was in native code (a system call, the GC, or blocked). Blocked waits
+/// (epoll_wait, futex waits in the thread pool) are external samples at the waiting frame; they are
+/// reported apart as "idle" so that the CPU picture is the rest.
+/// </summary>
+internal static class Program
+{
+    private static readonly (string Area, string[] Prefixes)[] s_areas =
+    [
+        ("transport (Kestrel.Transport.Linux)", ["Kestrel.Transport.Linux"]),
+        ("transport (Kestrel Sockets)", ["Microsoft.AspNetCore.Server.Kestrel.Transport.Sockets"]),
+        ("System.Net.Sockets", ["System.Net.Sockets"]),
+        ("Kestrel HTTP/1.1", ["Microsoft.AspNetCore.Server.Kestrel"]),
+        ("System.IO.Pipelines", ["System.IO.Pipelines"]),
+        ("application / ASP.NET", ["Microsoft.AspNetCore", "TechEmpower", "Microsoft.Extensions"]),
+        ("System.Text.Json", ["System.Text.Json"]),
+        ("thread pool / tasks", ["System.Threading", "System.Runtime.CompilerServices"]),
+        ("other BCL", ["System.", "Interop"]),
+    ];
+
+    private static readonly string[] s_idleFrames =
+    [
+        "Interop+Sys.WaitForSocketEvents", "Epoll.Wait", "LowLevelLifoSemaphore.WaitNative", "LowLevelLifoSemaphore.WaitForSignal",
+        "WaitHandle.WaitOneNoCheck", "Monitor.Wait", "Thread.Sleep", "WaitSubsystem", "LowLevelMonitor.Wait", "PortableThreadPool+GateThread",
+        "Console", "Interop+Sys.Read", "Thread.Join", "Thread.StartCore", "Task.SpinThenBlockingWait", "ManualResetEventSlim.Wait",
+    ];
+
+    public static int Main(string[] args)
+    {
+        if (args.Length < 1 || args[0] is "-h" or "--help")
+        {
+            Console.WriteLine("usage: TraceAnalyzer TRACE.nettrace [--from SECONDS] [--to SECONDS] [--top N] [--out FILE.md] [--title TEXT]");
+            return args.Length < 1 ? 2 : 0;
+        }
+
+        string path = args[0];
+        double from = 0, to = double.MaxValue;
+        int top = 25;
+        string? outPath = null;
+        string title = Path.GetFileNameWithoutExtension(path);
+        for (int i = 1; i < args.Length; i++)
+        {
+            switch (args[i])
+            {
+                case "--from": from = double.Parse(args[++i], CultureInfo.InvariantCulture); break;
+                case "--to": to = double.Parse(args[++i], CultureInfo.InvariantCulture); break;
+                case "--top": top = int.Parse(args[++i], CultureInfo.InvariantCulture); break;
+                case "--out": outPath = args[++i]; break;
+                case "--title": title = args[++i]; break;
+                default:
+                    Console.Error.WriteLine($"TraceAnalyzer: unknown argument '{args[i]}'");
+                    return 2;
+            }
+        }
+
+        if (!File.Exists(path))
+        {
+            Console.Error.WriteLine($"TraceAnalyzer: {path} does not exist");
+            return 1;
+        }
+
+        string etlx = Path.ChangeExtension(path, ".etlx");
+        TraceLog.CreateFromEventPipeDataFile(path, etlx);
+        using var log = new TraceLog(etlx);
+
+        var exclusive = new Dictionary<string, int>(StringComparer.Ordinal);
+        var inclusive = new Dictionary<string, int>(StringComparer.Ordinal);
+        var areas = new Dictionary<string, int>(StringComparer.Ordinal);
+        var threads = new Dictionary<string, (int Busy, int Idle)>(StringComparer.Ordinal);
+        int busy = 0, idle = 0, gcSamples = 0;
+        double first = double.MaxValue, last = 0;
+
+        foreach (TraceEvent ev in log.Events)
+        {
+            if (ev.ProviderName != "Microsoft-DotNETCore-SampleProfiler")
+            {
+                continue;
+            }
+
+            double t = ev.TimeStampRelativeMSec / 1000;
+            if (t < from || t > to)
+            {
+                continue;
+            }
+
+            first = Math.Min(first, t);
+            last = Math.Max(last, t);
+            var frames = Frames(ev.CallStack());
+            if (frames.Count == 0)
+            {
+                continue;
+            }
+
+            string threadName = ThreadLabel(ev);
+            bool isIdle = frames.Take(4).Any(f => s_idleFrames.Any(idleFrame => f.Contains(idleFrame, StringComparison.Ordinal)));
+            var counts = threads.GetValueOrDefault(threadName);
+            if (isIdle)
+            {
+                idle++;
+                threads[threadName] = (counts.Busy, counts.Idle + 1);
+                continue;
+            }
+
+            busy++;
+            threads[threadName] = (counts.Busy + 1, counts.Idle);
+            string leaf = frames[0];
+            exclusive[leaf] = exclusive.GetValueOrDefault(leaf) + 1;
+            foreach (string frame in frames.Distinct(StringComparer.Ordinal))
+            {
+                inclusive[frame] = inclusive.GetValueOrDefault(frame) + 1;
+            }
+
+            if (frames.Any(f => f.Contains("GC", StringComparison.Ordinal) && f.Contains("Collect", StringComparison.Ordinal)))
+            {
+                gcSamples++;
+            }
+
+            // The area is that of the innermost frame that belongs to a known area.
+            string area = "unresolved / native";
+            foreach (string frame in frames)
+            {
+                var match = s_areas.FirstOrDefault(a => a.Prefixes.Any(p => frame.StartsWith(p, StringComparison.Ordinal)));
+                if (match.Area is not null)
+                {
+                    area = match.Area;
+                    break;
+                }
+            }
+
+            areas[area] = areas.GetValueOrDefault(area) + 1;
+        }
+
+        var report = new StringBuilder();
+        report.AppendLine(CultureInfo.InvariantCulture, $"### {title}");
+        report.AppendLine();
+        report.AppendLine(CultureInfo.InvariantCulture, $"Samples {first:F1}-{last:F1} s: {busy} busy, {idle} idle (blocked in epoll/futex waits; left out below).");
+        report.AppendLine();
+        report.AppendLine("| area (innermost known frame) | busy samples | share |");
+        report.AppendLine("| --- | ---: | ---: |");
+        foreach (var (area, count) in areas.OrderByDescending(a => a.Value))
+        {
+            report.AppendLine(CultureInfo.InvariantCulture, $"| {area} | {count} | {Share(count, busy)} |");
+        }
+
+        report.AppendLine();
+        report.AppendLine("| thread | busy | idle |");
+        report.AppendLine("| --- | ---: | ---: |");
+        foreach (var (thread, counts) in threads.OrderByDescending(t => t.Value.Busy).Take(12))
+        {
+            report.AppendLine(CultureInfo.InvariantCulture, $"| {thread} | {counts.Busy} | {counts.Idle} |");
+        }
+
+        AppendTop(report, "exclusive (leaf frame)", exclusive, busy, top);
+        AppendTop(report, "inclusive", inclusive, busy, top);
+        Console.Write(report.ToString());
+        if (outPath is not null)
+        {
+            File.AppendAllText(outPath, report.ToString() + Environment.NewLine);
+        }
+
+        File.Delete(etlx);
+        return busy == 0 ? 1 : 0;
+    }
+
+    private static void AppendTop(StringBuilder report, string heading, Dictionary<string, int> counts, int total, int top)
+    {
+        report.AppendLine();
+        report.AppendLine(CultureInfo.InvariantCulture, $"| top frames, {heading} | samples | share |");
+        report.AppendLine("| --- | ---: | ---: |");
+        foreach (var (frame, count) in counts.OrderByDescending(c => c.Value).Take(top))
+        {
+            report.AppendLine(CultureInfo.InvariantCulture, $"| `{Truncate(frame, 110)}` | {count} | {Share(count, total)} |");
+        }
+    }
+
+    private static string Share(int count, int total) => total == 0 ? "-" : (100.0 * count / total).ToString("F1", CultureInfo.InvariantCulture) + "%";
+
+    private static string Truncate(string s, int max) => s.Length <= max ? s : s[..(max - 1)] + "…";
+
+    private static string ThreadLabel(TraceEvent ev)
+    {
+        string? name = ev.Thread()?.ThreadInfo;
+        if (string.IsNullOrEmpty(name))
+        {
+            return "(unnamed threads)";
+        }
+
+        // Pool threads are many; one row for all of them.
+        return name.StartsWith(".NET TP", StringComparison.Ordinal) || name.StartsWith(".NET Long", StringComparison.Ordinal) ? ".NET thread pool" : name;
+    }
+
+    private static List<string> Frames(TraceCallStack? stack)
+    {
+        var frames = new List<string>();
+        for (var s = stack; s is not null; s = s.Caller)
+        {
+            string name = s.CodeAddress.FullMethodName;
+            if (string.IsNullOrEmpty(name))
+            {
+                name = "?!" + (s.CodeAddress.ModuleName ?? "native");
+            }
+
+            frames.Add(name);
+        }
+
+        return frames;
+    }
+}
