@@ -53,6 +53,7 @@ LIB = ROOT / "benchmarks" / "lib"
 BIN = ROOT / "artifacts" / "benchmarks" / "bin"
 SAMPLE_DLL = ROOT / "samples" / "TechEmpower" / "bin" / "Release" / "net10.0" / "TechEmpower.dll"
 PIPELINE_LUA = LIB / "pipeline.lua"
+UPLOAD_LUA = LIB / "upload.lua"
 USAGE_EXIT_CODE = 2                 # the sample's exit code for a command line it does not accept
 STARTUP_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 5.0
@@ -130,14 +131,15 @@ class Scenario:
     headers: tuple[str, ...] = ()
     mode: str = "middleware"
     twin: str | None = None                    # the middleware scenario of the same shape
+    body_kib: int = 0                          # > 0: POST bodies of this size (upload.lua), drained by the server
 
     @property
     def ceiling_serves(self) -> bool:
-        return self.path in CORE_PATHS
+        return self.path in CORE_PATHS and self.body_kib == 0
 
     def as_dict(self) -> dict:
         return {"name": self.name, "title": self.title, "path": self.path, "connections": self.connections,
-                "depth": self.depth, "headers": list(self.headers), "mode": self.mode, "twin": self.twin}
+                "depth": self.depth, "headers": list(self.headers), "mode": self.mode, "twin": self.twin, "body_kib": self.body_kib}
 
 
 def main_scenarios(quick: bool) -> list[Scenario]:
@@ -163,6 +165,8 @@ def main_scenarios(quick: bool) -> list[Scenario]:
         Scenario("api-test-256", "app: GET /api/test (MVC API action), 256 connections", "/api/test", 256),
         Scenario("churn-64", "connection churn: plaintext with Connection: close, 64 connections",
                  "/plaintext", 64, headers=("Connection: close",)),
+        Scenario("upload256k-64", "upload: POST 256 KiB bodies to /plaintext (drained by Kestrel), 64 connections",
+                 "/plaintext", 64, body_kib=256),
     ]
     if quick:
         keep = {"plaintext16-256", "json-256", "json-2", "text-256", "churn-64"}
@@ -490,10 +494,11 @@ class Runner:
         """Runs wrk; returns (parsed WRK_RESULT, command line, load-generator CPU seconds)."""
         argv = (["taskset", "-c", cpus] if cpus else []) + [
             "wrk", "-t", str(min(threads, scenario.connections)), "-c", str(scenario.connections),
-            "-d", f"{max(1, math.ceil(duration))}s", "--timeout", "2s", "-s", str(PIPELINE_LUA)]
+            "-d", f"{max(1, math.ceil(duration))}s", "--timeout", "2s",
+            "-s", str(UPLOAD_LUA if scenario.body_kib else PIPELINE_LUA)]
         for header in scenario.headers:
             argv += ["-H", header]
-        argv += [url + scenario.path, "--", str(scenario.depth)]
+        argv += [url + scenario.path, "--", str(scenario.body_kib or scenario.depth)]
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         try:
             done = subprocess.run(argv, capture_output=True, text=True, timeout=duration + 20)

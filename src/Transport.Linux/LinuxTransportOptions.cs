@@ -64,6 +64,16 @@ public sealed class LinuxTransportOptions
     public long? MaxWriteBufferSize { get; set; } = 64 * 1024;
 
     /// <summary>
+    /// The most one read from a socket may ask for, in bytes. Reads adapt to the traffic: they start at
+    /// half a 4 KiB pool block, double after a read that filled its buffer and halve after one that used
+    /// under a quarter, so a large upload is read in large pieces while small requests never reserve
+    /// more than a block. Reads above the pool's block size use a pipe segment from the shared array
+    /// pool. 4096 keeps every read within one pool block (the Sockets transport's behaviour).
+    /// Default: 65536. Range 2048..1048576.
+    /// </summary>
+    public int MaxBytesPerRead { get; set; } = 64 * 1024;
+
+    /// <summary>
     /// Pin each event-loop thread to one CPU: loop <c>i</c> runs on the <c>i</c>-th CPU the process may use
     /// (modulo their number), so a loop, its sockets' softirq work and its caches stay together. Useful
     /// when the process owns its CPUs (one server per machine or cgroup); harmful when other busy
@@ -123,6 +133,11 @@ public sealed class LinuxTransportOptions
         if (Backlog is < 1 or > 65535)
         {
             yield return $"{nameof(LinuxTransportOptions)}.{nameof(Backlog)} must be between 1 and 65535, but was {Backlog}.";
+        }
+
+        if (MaxBytesPerRead is < 2048 or > 1024 * 1024)
+        {
+            yield return $"{nameof(LinuxTransportOptions)}.{nameof(MaxBytesPerRead)} must be between 2048 and 1048576, but was {MaxBytesPerRead}.";
         }
 
         if (TcpDeferAcceptSeconds is < 0 or > 3600)

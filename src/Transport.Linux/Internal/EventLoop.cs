@@ -124,6 +124,9 @@ internal sealed unsafe class EventLoop : PipeScheduler
 
     public int Index { get; }
 
+    /// <summary>The most one read may ask for (<see cref="LinuxTransportOptions.MaxBytesPerRead"/>).</summary>
+    public int MaxBytesPerRead => _options.MaxBytesPerRead;
+
     /// <summary>The loop's epoll instance (for tests and diagnostics).</summary>
     public int EpollFd => _epollFd;
 

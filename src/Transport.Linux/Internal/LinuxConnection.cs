@@ -44,6 +44,7 @@ internal sealed class LinuxConnection : ConnectionContext,
 
     // Receive side.
     private bool _readable;
+    private int _readSize = MinReadSize;
     private bool _peerHungUp;
     private bool _receiveQueued;
     private bool _receiveDone;
@@ -181,8 +182,34 @@ internal sealed class LinuxConnection : ConnectionContext,
         }
 
         batch.BeginOp(this, Fd);
-        batch.AddBuffer(_input.Writer.GetMemory(MinReadSize));
+        batch.AddBuffer(_input.Writer.GetMemory(_readSize));
     }
+
+    /// <summary>
+    /// Adapts the next read's size to what the socket delivers: a read that fills its buffer doubles
+    /// the next one (up to MaxBytesPerRead), so a large burst takes a few large reads instead of one
+    /// per pool block; a read that uses under a quarter of its buffer halves it, back down to a
+    /// fraction of one pool block, so small requests never reserve more.
+    /// </summary>
+    private void AdaptReadSize(long result, long requested)
+    {
+        if (result == requested)
+        {
+            _readSize = (int)Math.Min(_loop.MaxBytesPerRead, Math.Max(_readSize, requested) * 2);
+        }
+        else if (result < requested / 4 && _readSize > MinReadSize)
+        {
+            _readSize = Math.Max(MinReadSize, _readSize / 2);
+        }
+
+        if (result > LargestRead)
+        {
+            LargestRead = result;
+        }
+    }
+
+    /// <summary>The largest single read so far (diagnostics and tests).</summary>
+    public long LargestRead { get; private set; }
 
     public void CompleteReceive(long result, long requested)
     {
@@ -194,6 +221,7 @@ internal sealed class LinuxConnection : ConnectionContext,
         if (result > 0)
         {
             _input.Writer.Advance((int)result);
+            AdaptReadSize(result, requested);
             if (_quickAck)
             {
                 Interop.Socket.SetOption(Fd, Interop.Socket.IPPROTO_TCP, Interop.Socket.TCP_QUICKACK, 1);

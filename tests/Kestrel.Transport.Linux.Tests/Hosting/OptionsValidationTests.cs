@@ -22,6 +22,8 @@ public sealed class OptionsValidationTests(ITestOutputHelper output)
     }
 
     [Theory]
+    [InlineData("MaxBytesPerRead", 2047)]
+    [InlineData("MaxBytesPerRead", 1048577)]
     [InlineData("TcpDeferAcceptSeconds", -1)]
     [InlineData("TcpDeferAcceptSeconds", 3601)]
     [InlineData("BusyPollMicroseconds", -1)]
