@@ -524,14 +524,18 @@ internal sealed class LinuxConnection : ConnectionContext,
             _readResult = default;
         }
 
+        // As the Sockets transport does, the application's output learns only of unexpected
+        // errors: after a reset or an abort its flushes report completion, not an exception (which
+        // Kestrel would log as unexpected); the reason reaches it through the input side below.
+        var outputError = error is ConnectionResetException or ConnectionAbortedException ? null : error;
         if (_readPending)
         {
-            _pendingOutputError = error;
+            _pendingOutputError = outputError;
             _output.Reader.CancelPendingRead();
         }
         else
         {
-            _output.Reader.Complete(error);
+            _output.Reader.Complete(outputError);
         }
 
         if (graceful && !_fdClosed)
