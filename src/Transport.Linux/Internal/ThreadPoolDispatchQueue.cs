@@ -1,6 +1,7 @@
 using System.Collections.Concurrent;
 using System.Diagnostics;
 using System.IO.Pipelines;
+using Kestrel.Transport.Linux.Interop;
 
 namespace Kestrel.Transport.Linux.Internal;
 
@@ -15,16 +16,37 @@ internal sealed class ThreadPoolDispatchQueue(EventLoop loop) : PipeScheduler, I
     /// <summary>A continuation running longer than this with work queued behind it gets help (1 ms).</summary>
     private static readonly long s_stallTicks = Stopwatch.Frequency / 1000;
 
+    /// <summary>A continuation running longer than this with work queued behind it gets help whatever its thread's state (50 ms).</summary>
+    private static readonly long s_forceHelpTicks = Stopwatch.Frequency / 20;
+
     [ThreadStatic]
     private static ThreadPoolDispatchQueue? t_running;
 
     [ThreadStatic]
     private static bool t_wakeDeferred;
 
+    [ThreadStatic]
+    private static int t_threadId;
+
     private readonly ConcurrentQueue<ScheduledWork> _queue = new();
     private int _scheduled;
     private int _running;
     private long _itemStarted;
+    private int _itemThread;
+    private long _lastProbe;
+    private int _statPathThread;
+    private string _statPath = "";
+
+    private string StatPath(int tid)
+    {
+        if (_statPathThread != tid)
+        {
+            _statPath = $"/proc/self/task/{tid}/stat";
+            _statPathThread = tid;
+        }
+
+        return _statPath;
+    }
 
     /// <summary>True while a thread-pool thread is running this queue's batch.</summary>
     public bool IsRunning => Volatile.Read(ref _running) > 0;
@@ -62,10 +84,28 @@ internal sealed class ThreadPoolDispatchQueue(EventLoop loop) : PipeScheduler, I
     public void HelpIfStalled()
     {
         long started = Volatile.Read(ref _itemStarted);
-        if (started != 0
-            && Stopwatch.GetTimestamp() - started > s_stallTicks
-            && !_queue.IsEmpty
-            && Interlocked.CompareExchange(ref _itemStarted, Stopwatch.GetTimestamp(), started) == started)
+        long now = Stopwatch.GetTimestamp();
+        if (started == 0 || now - started <= s_stallTicks || _queue.IsEmpty || now - _lastProbe <= s_stallTicks)
+        {
+            return;
+        }
+
+        // A continuation that has been running for a while may only have been preempted: on a busy
+        // machine (or a single CPU shared with the loop) that is the common case, and a second drainer
+        // would only compete with the first for the same CPU and the same pipes. So within the first
+        // 50 ms help only a thread that is really blocked (sleeping in the kernel; looked at no more
+        // than once per millisecond); after that help anyway, since a wait can also spin or yield.
+        _lastProbe = now;
+        if (now - started <= s_forceHelpTicks)
+        {
+            int tid = Volatile.Read(ref _itemThread);
+            if (tid == 0 || !Affinity.IsThreadBlocked(StatPath(tid)))
+            {
+                return;
+            }
+        }
+
+        if (Interlocked.CompareExchange(ref _itemStarted, now, started) == started)
         {
             System.Threading.ThreadPool.UnsafeQueueUserWorkItem(this, preferLocal: false);
         }
@@ -74,6 +114,7 @@ internal sealed class ThreadPoolDispatchQueue(EventLoop loop) : PipeScheduler, I
     void IThreadPoolWorkItem.Execute()
     {
         t_running = this;
+        int threadId = t_threadId == 0 ? (t_threadId = Affinity.CurrentThreadId()) : t_threadId;
         Interlocked.Increment(ref _running);
         try
         {
@@ -81,6 +122,7 @@ internal sealed class ThreadPoolDispatchQueue(EventLoop loop) : PipeScheduler, I
             {
                 while (_queue.TryDequeue(out var work))
                 {
+                    Volatile.Write(ref _itemThread, threadId);
                     Volatile.Write(ref _itemStarted, Stopwatch.GetTimestamp());
                     work.Run();
                 }

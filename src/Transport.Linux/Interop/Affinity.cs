@@ -17,8 +17,38 @@ internal static unsafe partial class Affinity
     [LibraryImport(LibC.Name, EntryPoint = "gettid")]
     private static partial int gettid();
 
+    [LibraryImport(LibC.Name, EntryPoint = "open", StringMarshalling = StringMarshalling.Utf8, SetLastError = true)]
+    private static partial int open(string path, int flags);
+
     /// <summary>The kernel's id of the calling thread (the name under /proc/self/task).</summary>
     public static int CurrentThreadId() => gettid();
+
+    /// <summary>
+    /// True when the thread whose /proc/self/task/TID/stat is <paramref name="statPath"/> is blocked
+    /// (state S or D, proc(5)); false when it is running or waiting for a CPU (R), and when the
+    /// state cannot be read.
+    /// </summary>
+    public static bool IsThreadBlocked(string statPath)
+    {
+        int fd = open(statPath, LibC.O_CLOEXEC);
+        if (fd < 0)
+        {
+            return false;
+        }
+
+        byte* buffer = stackalloc byte[512];
+        nint length = LibC.read(fd, buffer, 512);
+        LibC.CloseFd(fd);
+        if (length <= 0)
+        {
+            return false;
+        }
+
+        // "tid (comm) S ...": the state follows the last ')' (comm may contain parentheses and spaces).
+        var text = new ReadOnlySpan<byte>(buffer, (int)length);
+        int close = text.LastIndexOf((byte)')');
+        return close >= 0 && close + 2 < text.Length && text[close + 2] is (byte)'S' or (byte)'D';
+    }
 
     /// <summary>The CPUs the calling thread may run on, in ascending order; empty with <paramref name="errno"/> set on failure.</summary>
     public static List<int> AllowedCpus(out int errno)
