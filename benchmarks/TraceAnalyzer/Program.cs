@@ -40,7 +40,7 @@ internal static class Program
     {
         if (args.Length < 1 || args[0] is "-h" or "--help")
         {
-            Console.WriteLine("usage: TraceAnalyzer TRACE.nettrace [--from SECONDS] [--to SECONDS] [--top N] [--out FILE.md] [--title TEXT]");
+            Console.WriteLine("usage: TraceAnalyzer TRACE.nettrace [--from SECONDS] [--to SECONDS] [--top N] [--out FILE.md] [--title TEXT] [--callers FRAME-SUBSTRING]");
             return args.Length < 1 ? 2 : 0;
         }
 
@@ -48,6 +48,7 @@ internal static class Program
         double from = 0, to = double.MaxValue;
         int top = 25;
         string? outPath = null;
+        string? callersOf = null;
         string title = Path.GetFileNameWithoutExtension(path);
         for (int i = 1; i < args.Length; i++)
         {
@@ -58,6 +59,7 @@ internal static class Program
                 case "--top": top = int.Parse(args[++i], CultureInfo.InvariantCulture); break;
                 case "--out": outPath = args[++i]; break;
                 case "--title": title = args[++i]; break;
+                case "--callers": callersOf = args[++i]; break;
                 default:
                     Console.Error.WriteLine($"TraceAnalyzer: unknown argument '{args[i]}'");
                     return 2;
@@ -78,6 +80,7 @@ internal static class Program
         var inclusive = new Dictionary<string, int>(StringComparer.Ordinal);
         var areas = new Dictionary<string, int>(StringComparer.Ordinal);
         var threads = new Dictionary<string, (int Busy, int Idle)>(StringComparer.Ordinal);
+        var callerChains = new Dictionary<string, int>(StringComparer.Ordinal);
         int busy = 0, idle = 0, gcSamples = 0;
         double first = double.MaxValue, last = 0;
 
@@ -114,6 +117,16 @@ internal static class Program
 
             busy++;
             threads[threadName] = (counts.Busy + 1, counts.Idle);
+            if (callersOf is not null)
+            {
+                int at = frames.FindIndex(f => f.Contains(callersOf, StringComparison.Ordinal));
+                if (at >= 0)
+                {
+                    string chain = string.Join(" <- ", frames.Skip(at).Take(6).Select(f => Truncate(f, 70)));
+                    callerChains[chain] = callerChains.GetValueOrDefault(chain) + 1;
+                }
+            }
+
             string leaf = frames[0];
             exclusive[leaf] = exclusive.GetValueOrDefault(leaf) + 1;
             foreach (string frame in frames.Distinct(StringComparer.Ordinal))
@@ -163,6 +176,10 @@ internal static class Program
 
         AppendTop(report, "exclusive (leaf frame)", exclusive, busy, top);
         AppendTop(report, "inclusive", inclusive, busy, top);
+        if (callersOf is not null)
+        {
+            AppendTop(report, $"callers of {callersOf}", callerChains, busy, top);
+        }
         Console.Write(report.ToString());
         if (outPath is not null)
         {
@@ -180,7 +197,7 @@ internal static class Program
         report.AppendLine("| --- | ---: | ---: |");
         foreach (var (frame, count) in counts.OrderByDescending(c => c.Value).Take(top))
         {
-            report.AppendLine(CultureInfo.InvariantCulture, $"| `{Truncate(frame, 110)}` | {count} | {Share(count, total)} |");
+            report.AppendLine(CultureInfo.InvariantCulture, $"| `{Truncate(frame, 480)}` | {count} | {Share(count, total)} |");
         }
     }
 

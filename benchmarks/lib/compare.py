@@ -53,7 +53,6 @@ LIB = ROOT / "benchmarks" / "lib"
 BIN = ROOT / "artifacts" / "benchmarks" / "bin"
 SAMPLE_DLL = ROOT / "samples" / "TechEmpower" / "bin" / "Release" / "net10.0" / "TechEmpower.dll"
 PIPELINE_LUA = LIB / "pipeline.lua"
-UPLOAD_LUA = LIB / "upload.lua"
 USAGE_EXIT_CODE = 2                 # the sample's exit code for a command line it does not accept
 STARTUP_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 5.0
@@ -131,7 +130,7 @@ class Scenario:
     headers: tuple[str, ...] = ()
     mode: str = "middleware"
     twin: str | None = None                    # the middleware scenario of the same shape
-    body_kib: int = 0                          # > 0: POST bodies of this size (upload.lua), drained by the server
+    body_kib: int = 0                          # > 0: POST bodies of this size (pipeline.lua's second argument), drained by the server
 
     @property
     def ceiling_serves(self) -> bool:
@@ -495,10 +494,10 @@ class Runner:
         argv = (["taskset", "-c", cpus] if cpus else []) + [
             "wrk", "-t", str(min(threads, scenario.connections)), "-c", str(scenario.connections),
             "-d", f"{max(1, math.ceil(duration))}s", "--timeout", "2s",
-            "-s", str(UPLOAD_LUA if scenario.body_kib else PIPELINE_LUA)]
+            "-s", str(PIPELINE_LUA)]
         for header in scenario.headers:
             argv += ["-H", header]
-        argv += [url + scenario.path, "--", str(scenario.body_kib or scenario.depth)]
+        argv += [url + scenario.path, "--", str(scenario.depth), str(scenario.body_kib)]
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         try:
             done = subprocess.run(argv, capture_output=True, text=True, timeout=duration + 20)

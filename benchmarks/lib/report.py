@@ -442,6 +442,79 @@ def events_section(data: dict) -> list[str]:
     return lines + [""]
 
 
+# The performance targets of the project (issue "Performance"), checked against this run's medians.
+# Each: (label, kind, scenarios, config, other config, bound). kind "rps": config/other req/s >= bound;
+# "cpu": config/other CPU us per request <= bound; "p99": config's open-loop p99 <= other's.
+TARGETS = [
+    ("JSON, middleware, 256 connections: server CPU per request", "cpu", ["json-256"], "linux", "sockets", 0.75),
+    ("JSON, middleware, 256 connections: requests/s", "rps", ["json-256"], "linux", "sockets", 1.25),
+    ("JSON, middleware, 256 connections: requests/s vs sockets-inline", "rps", ["json-256"], "linux",
+     "sockets-inline", 1.10),
+    ("plaintext-16, middleware and platform, 256 and 1024 connections", "rps",
+     ["plaintext16-256", "plaintext16-1024", "plaintext16-256-platform", "plaintext16-1024-platform"],
+     "linux", "sockets", 1.15),
+    ("connection churn", "rps", ["churn-64"], "linux", "sockets", 1.2),
+    ("app scenarios (text, json-object, xml, html, MVC)", "rps",
+     ["text-256", "json-object-256", "xml-256", "html-256", "api-test-256"], "linux", "sockets", 1.05),
+    ("ThreadPool scheduling never slower: every scenario", "rps", None, "linux", "sockets", 1.0),
+    ("latency: p99 at a fixed rate", "p99", None, "linux", "sockets", 1.0),
+]
+
+
+def targets_section(data: dict) -> list[str]:
+    """One row per target and scenario: the measured ratio beside its bound, for the default
+    configuration (`linux`, ThreadPool scheduling) and, for reference, `linux-inline`."""
+    measurements = data["measurements"]
+    names = {c["name"] for c in data["configs"]}
+    if "linux" not in names or "sockets" not in names:
+        return []
+    main_names = [s["name"] for s in data["meta"].get("scenarios", [])]
+    lines = ["## Targets", "",
+             "The project's performance targets against this run's medians. **Met** compares the default "
+             "configuration (`linux`: ThreadPool scheduling) with the bound; the `linux-inline` column is for "
+             "reference (opt-in scheduling). A ratio inside the min–max spread of its rows is not a result "
+             "either way on a shared machine.", "",
+             "| Target | Scenario | Bound | linux | Met | linux-inline |", "|---|---|---:|---:|---|---:|"]
+
+    def summary(scenario: str, config: str) -> Summary:
+        return Summary(select(measurements, phase="main", scenario=scenario, config=config))
+
+    def value(kind: str, scenario: str, config: str, other: str):
+        a, b = summary(scenario, config), summary(scenario, other)
+        if not a.n or not b.n:
+            return None
+        return ratio(a.cpu, b.cpu) if kind == "cpu" else ratio(a.rps, b.rps)
+
+    for label, kind, scenarios, config, other, bound in TARGETS:
+        if kind == "p99":
+            rows = select(measurements, phase="latency")
+
+            def p99(name):
+                return median(r["latency_us"]["p99"] for r in select(rows, config=name))
+            mine, ref, inline = p99(config), p99(other), p99("linux-inline")
+            if mine is None or ref is None:
+                continue
+            met = "yes" if mine <= ref else "**no**"
+            lines.append(f"| {label} | json-256 open loop | ≤ {other}'s {fmt_latency(ref)} | {fmt_latency(mine)} | "
+                         f"{met} | {fmt_latency(inline)} |")
+            continue
+        for scenario in scenarios or main_names:
+            if scenario not in main_names:
+                continue
+            v = value(kind, scenario, config, other)
+            if v is None:
+                continue
+            inline = value(kind, scenario, "linux-inline", other) if "linux-inline" in names else None
+            met = (v <= bound) if kind == "cpu" else (v >= bound)
+            sign = "≤" if kind == "cpu" else "≥"
+            what = "CPU/req" if kind == "cpu" else "req/s"
+            lines.append(f"| {label} | {scenario} | {what} {sign} {bound:.2f}× {other} | {fmt_ratio(v)} | "
+                         f"{'yes' if met else '**no**'} | {fmt_ratio(inline)} |")
+    lines += ["", "Allocations (bytes per request attributable to the transport) are measured by "
+              "benchmarks/Microbenchmarks (BenchmarkDotNet's MemoryDiagnoser), not by this run.", ""]
+    return lines
+
+
 def write_markdown(out: Path, data: dict, charts: list[tuple[str, str]], chart_note: str) -> None:
     meta = data["meta"]
     machine = meta.get("machine", {})
@@ -497,6 +570,8 @@ def write_markdown(out: Path, data: dict, charts: list[tuple[str, str]], chart_n
                   f"{machine.get('libuv1_package')}.", ""]
     else:
         lines += ["No libuv configuration was selected.", ""]
+
+    lines += targets_section(data)
 
     lines += ["## Configurations", "",
               "| Configuration | Server command | Environment | Startup line |", "|---|---|---|---|"]
