@@ -12,8 +12,12 @@ namespace Kestrel.Transport.Linux.Reliability.Tests.Infrastructure;
 internal sealed class LogRecorder : ILoggerProvider
 {
     private readonly ConcurrentQueue<string> _entries = new();
+    private readonly ConcurrentQueue<string> _warnings = new();
 
     public IReadOnlyCollection<string> Entries => _entries.ToArray();
+
+    /// <summary>Every message at Warning and above (the first 1,000), for tests that expect one.</summary>
+    public IReadOnlyCollection<string> Warnings => _warnings.ToArray();
 
     /// <summary>Adds the recorder to a host, at Debug for this provider only (the host's other loggers stay at Warning).</summary>
     public void AddTo(WebApplicationBuilder builder)
@@ -58,6 +62,11 @@ internal sealed class LogRecorder : ILoggerProvider
 
         public void Log<TState>(LogLevel logLevel, EventId eventId, TState state, Exception? exception, Func<TState, Exception?, string> formatter)
         {
+            if (logLevel >= LogLevel.Warning && owner._warnings.Count < 1000)
+            {
+                owner._warnings.Enqueue($"[{logLevel}] {category}[{eventId.Id}]: {formatter(state, exception)}");
+            }
+
             if (logLevel >= LogLevel.Error || IsDisposedError(exception))
             {
                 owner._entries.Enqueue($"[{logLevel}] {category}[{eventId.Id}]: {formatter(state, exception)}{(exception is null ? "" : Environment.NewLine + exception)}");
