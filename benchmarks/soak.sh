@@ -27,7 +27,8 @@
 #                 quiet <= warm - (Kestrel's active connections at warm) + 16 (lazily opened
 #                 assemblies and the like, not connections).
 #   connections   quiet: Kestrel's kestrel.active_connections back to 0.
-#   threads       last <= warm + 8.
+#   threads       last <= warm + 8 (the server runs with thread-pool hill climbing off, see
+#                 Soak.csproj: the pool then grows only when work items block).
 #   RSS           last <= warm + max(48 MiB, 25% of warm).
 #   live heap     last <= warm + 16 MiB (managed memory reachable after a full GC).
 # These can fail on a real leak: with the server temporarily keeping 1 KiB per request in a static
