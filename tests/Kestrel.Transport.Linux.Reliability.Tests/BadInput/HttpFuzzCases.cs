@@ -4,10 +4,13 @@ using System.Text;
 namespace Kestrel.Transport.Linux.Reliability.Tests.BadInput;
 
 /// <summary>
-/// One fuzz case: the bytes a client sends, how they are cut into sends, and whether the client then
-/// half-closes. <see cref="HalfClose"/> is false only for half requests, which the server must time out.
+/// One fuzz case: the bytes a client sends and how they are cut into sends. Unless it is a half request (which the
+/// server must time out by itself), the last piece ends with <see cref="HttpFuzzCases.Sentinel"/>, a valid request
+/// with Connection: close: the server parses the case's bytes followed by it, so every case ends with the server
+/// closing, without the client's FIN (a FIN right after a request races Kestrel's own handling of the close, on
+/// Sockets too, and would make outcomes depend on timing).
 /// </summary>
-internal sealed record FuzzCase(int Index, string Kind, byte[][] Pieces, int DelayMilliseconds, bool HalfClose)
+internal sealed record FuzzCase(int Index, string Kind, byte[][] Pieces, int DelayMilliseconds, bool EndsWithSentinel)
 {
     public int Length => Pieces.Sum(p => p.Length);
 
@@ -30,6 +33,8 @@ internal sealed record FuzzCase(int Index, string Kind, byte[][] Pieces, int Del
 /// </summary>
 internal static class HttpFuzzCases
 {
+    public static readonly byte[] Sentinel = "GET /sentinel HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"u8.ToArray();
+
     private static readonly string[] s_mutations =
     [
         "bitflip", "insert", "delete", "truncate", "duplicate-header", "content-length", "chunk-size",
@@ -47,12 +52,12 @@ internal static class HttpFuzzCases
             var full = Encoding.ASCII.GetBytes(ValidRequest(random, index, out _));
             var headEnd = full.AsSpan().IndexOf("\r\n\r\n"u8);
             var cut = random.Next(1, headEnd + 2);
-            return new FuzzCase(index, "half-request", [full[..cut]], 0, HalfClose: false);
+            return new FuzzCase(index, "half-request", [full[..cut]], 0, EndsWithSentinel: false);
         }
 
         if (random.Next(200) == 0)
         {
-            return new FuzzCase(index, "empty", [[]], 0, HalfClose: true);
+            return new FuzzCase(index, "empty", [Sentinel], 0, EndsWithSentinel: true);
         }
 
         var kind = s_mutations[random.Next(s_mutations.Length)];
@@ -63,6 +68,7 @@ internal static class HttpFuzzCases
             "stacked" => Stacked(random, index),
             _ => Mutate(random, kind, ValidBytes(random, index)),
         };
+        bytes = [.. bytes, .. Sentinel];
 
         // A third of the cases arrive in 2–6 sends with small pauses, so that the server parses across reads.
         if (bytes.Length > 1 && random.Next(3) == 0)
@@ -78,10 +84,10 @@ internal static class HttpFuzzCases
             }
 
             pieces.Add(bytes[start..]);
-            return new FuzzCase(index, kind + "/split", [.. pieces], random.Next(0, 4), HalfClose: true);
+            return new FuzzCase(index, kind + "/split", [.. pieces], random.Next(0, 4), EndsWithSentinel: true);
         }
 
-        return new FuzzCase(index, kind, [bytes], 0, HalfClose: true);
+        return new FuzzCase(index, kind, [bytes], 0, EndsWithSentinel: true);
     }
 
     private static byte[] ValidBytes(Random random, int index) => Encoding.ASCII.GetBytes(ValidRequest(random, index, out _));

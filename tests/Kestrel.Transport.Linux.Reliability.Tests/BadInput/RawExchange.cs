@@ -26,18 +26,25 @@ internal enum ConnectionEnd
 internal sealed record ExchangeOutcome(IReadOnlyList<int> Statuses, ConnectionEnd End, string? Malformed, TimeSpan Elapsed)
 {
     /// <summary>
-    /// The class two transports must agree on: the statuses, then "close" (FIN and RST alike: Kestrel decides
-    /// to close, the kernel decides which, depending on whether unread bytes were left) or "timeout".
+    /// The class two transports must agree on: the final statuses, then "close" (FIN and RST alike: Kestrel decides
+    /// to close, the kernel decides which, depending on whether unread bytes were left) or "timeout". Interim 1xx
+    /// responses are checked for form but left out: whether "100 Continue" is sent depends on whether the body had
+    /// already arrived when the app read it (RFC 9110 §10.1.1 lets a server omit it), which is timing, not bytes.
     /// </summary>
-    public string Class => (Statuses.Count == 0 ? "no-response" : string.Join(' ', Statuses))
+    public string Class => (FinalStatuses.Count == 0 ? "no-response" : string.Join(' ', FinalStatuses))
         + (End == ConnectionEnd.Timeout ? " timeout" : " close")
         + (Malformed is null ? string.Empty : " malformed");
+
+    private List<int> FinalStatuses => Statuses.Where(status => status >= 200).ToList();
 }
 
-/// <summary>Sends raw bytes on a fresh connection and reads every response until the server closes it.</summary>
+/// <summary>
+/// Sends raw bytes on a fresh connection and reads every response until the server closes it. The client never
+/// half-closes: the server must end every exchange by itself (a 4xx and close, Connection: close, or a timeout).
+/// </summary>
 internal static class RawExchange
 {
-    public static async Task<ExchangeOutcome> RunAsync(EndPoint endPoint, IReadOnlyList<byte[]> pieces, int delayMilliseconds, bool halfClose, TimeSpan timeout)
+    public static async Task<ExchangeOutcome> RunAsync(EndPoint endPoint, IReadOnlyList<byte[]> pieces, int delayMilliseconds, TimeSpan timeout)
     {
         var stopwatch = Stopwatch.StartNew();
         using var socket = await TestSockets.ConnectAsync(endPoint);
@@ -58,11 +65,6 @@ internal static class RawExchange
                 {
                     await socket.SendAsync(pieces[i], SocketFlags.None, cts.Token);
                 }
-            }
-
-            if (halfClose)
-            {
-                socket.Shutdown(SocketShutdown.Send);
             }
         }
         catch (SocketException)

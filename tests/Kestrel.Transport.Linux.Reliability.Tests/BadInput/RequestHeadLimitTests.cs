@@ -46,7 +46,7 @@ public sealed class RequestHeadLimitTests(ITestOutputHelper output)
                 var pieces = request.Chunk(pieceSize).ToArray();
 
                 // No FIN from the client: the server must decide to answer and close by itself.
-                var outcome = await RawExchange.RunAsync(host.EndPoint, pieces, delayMilliseconds: 1, halfClose: false, TimeSpan.FromSeconds(10));
+                var outcome = await RawExchange.RunAsync(host.EndPoint, pieces, delayMilliseconds: 1, TimeSpan.FromSeconds(10));
                 Assert.True(outcome.Class == $"{status} close", $"{kind}, {name} in {pieces.Length} send(s): expected '{status} close', got '{outcome.Class}' ({outcome.End}) {outcome.Malformed}");
                 checkedCases++;
 

@@ -93,7 +93,7 @@ public sealed class TlsBadInputTests(ITestOutputHelper output)
 
         for (var i = 0; i < 3; i++)
         {
-            var outcome = await RawExchange.RunAsync(host.EndPoint, [clientHello], 0, halfClose: false, TimeSpan.FromSeconds(10));
+            var outcome = await RawExchange.RunAsync(host.EndPoint, [clientHello], 0, TimeSpan.FromSeconds(10));
             output.WriteLine($"{kind}: ClientHello on plain HTTP -> '{outcome.Class}' ({outcome.End}) in {outcome.Elapsed.TotalMilliseconds:F0} ms");
             Assert.True(outcome.Class is "400 close" or "no-response close", $"{kind}: a ClientHello on a plain port ended as '{outcome.Class}' ({outcome.End}) {outcome.Malformed}");
 
