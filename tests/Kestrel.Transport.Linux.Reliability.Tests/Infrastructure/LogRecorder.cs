@@ -1,0 +1,80 @@
+using System.Collections.Concurrent;
+using Microsoft.AspNetCore.Builder;
+using Microsoft.Extensions.Logging;
+
+namespace Kestrel.Transport.Linux.Reliability.Tests.Infrastructure;
+
+/// <summary>
+/// Records what a fault must never produce: any message at Error or Critical, and any message at any level
+/// that carries an <see cref="ObjectDisposedException"/> (Kestrel logs connection errors at Debug, where a
+/// use-after-dispose would otherwise hide).
+/// </summary>
+internal sealed class LogRecorder : ILoggerProvider
+{
+    private readonly ConcurrentQueue<string> _entries = new();
+    private readonly ConcurrentQueue<string> _warnings = new();
+
+    public IReadOnlyCollection<string> Entries => _entries.ToArray();
+
+    /// <summary>Every message at Warning and above (the first 1,000), for tests that expect one.</summary>
+    public IReadOnlyCollection<string> Warnings => _warnings.ToArray();
+
+    /// <summary>Adds the recorder to a host, at Debug for this provider only (the host's other loggers stay at Warning).</summary>
+    public void AddTo(WebApplicationBuilder builder)
+    {
+        builder.Logging.AddProvider(this);
+        builder.Logging.AddFilter<LogRecorder>(null, LogLevel.Debug);
+    }
+
+    /// <summary>Fails when anything was recorded, except entries <paramref name="expected"/> accepts (say why at the call).</summary>
+    public void AssertNone(string when, Func<string, bool>? expected = null)
+    {
+        var entries = _entries.Where(e => expected is null || !expected(e)).ToList();
+        Assert.True(entries.Count == 0, $"{when}: {entries.Count} error(s) or ObjectDisposedException(s) were logged:{Environment.NewLine}{string.Join(Environment.NewLine, entries.Take(10))}");
+    }
+
+    public ILogger CreateLogger(string categoryName) => new Recorder(this, categoryName);
+
+    public void Dispose()
+    {
+    }
+
+    private static bool IsDisposedError(Exception? exception)
+    {
+        for (var e = exception; e is not null; e = e.InnerException)
+        {
+            if (e is ObjectDisposedException)
+            {
+                return true;
+            }
+
+            if (e is AggregateException aggregate && aggregate.InnerExceptions.Any(IsDisposedError))
+            {
+                return true;
+            }
+        }
+
+        return false;
+    }
+
+    private sealed class Recorder(LogRecorder owner, string category) : ILogger
+    {
+        public IDisposable? BeginScope<TState>(TState state)
+            where TState : notnull => null;
+
+        public bool IsEnabled(LogLevel logLevel) => logLevel >= LogLevel.Debug;
+
+        public void Log<TState>(LogLevel logLevel, EventId eventId, TState state, Exception? exception, Func<TState, Exception?, string> formatter)
+        {
+            if (logLevel >= LogLevel.Warning && owner._warnings.Count < 1000)
+            {
+                owner._warnings.Enqueue($"[{logLevel}] {category}[{eventId.Id}]: {formatter(state, exception)}");
+            }
+
+            if (logLevel >= LogLevel.Error || IsDisposedError(exception))
+            {
+                owner._entries.Enqueue($"[{logLevel}] {category}[{eventId.Id}]: {formatter(state, exception)}{(exception is null ? "" : Environment.NewLine + exception)}");
+            }
+        }
+    }
+}

@@ -1,0 +1,100 @@
+using System.Globalization;
+using System.Net;
+using Microsoft.AspNetCore.Connections;
+
+namespace Kestrel.Transport.Linux.Reliability.Tests.PortsAndFiles;
+
+/// <summary>
+/// Whole Kestrel hosts competing for one port, and a port reused at once after its server stopped.
+/// ListenerTests covers one transport binding twice at the transport level; these go through Kestrel's
+/// address binding, mix the transports, and check where every later connection lands.
+/// </summary>
+public sealed class PortTests(ITestOutputHelper output)
+{
+    public static TheoryData<TransportKind, TransportKind> Pairs =>
+        new()
+        {
+            { TransportKind.Sockets, TransportKind.Sockets },
+            { TransportKind.LinuxNative, TransportKind.LinuxNative },
+            { TransportKind.LinuxManaged, TransportKind.LinuxNative },
+            { TransportKind.LinuxNative, TransportKind.Sockets },
+            { TransportKind.Sockets, TransportKind.LinuxNative },
+        };
+
+    public static TheoryData<TransportKind> Kinds =>
+        new() { TransportKind.Sockets, TransportKind.LinuxNative, TransportKind.LinuxManaged };
+
+    /// <summary>
+    /// A second server on a port a first server holds fails to start with Kestrel's IOException wrapping
+    /// AddressInUseException, whichever transport each uses, and every later connection still reaches the
+    /// first server (a SO_REUSEPORT group silently joined would steal some of them).
+    /// </summary>
+    [Theory]
+    [MemberData(nameof(Pairs))]
+    public async Task A_second_server_on_a_held_port_fails_with_AddressInUseException_and_takes_no_connections(TransportKind first, TransportKind second)
+    {
+        await using var holder = await NamedServer.StartAsync(first, "first", output, k => k.Listen(IPAddress.Loopback, 0));
+        var port = new Uri(Assert.Single(holder.Addresses)).Port;
+        var endPoint = new IPEndPoint(IPAddress.Loopback, port);
+
+        var failure = await Assert.ThrowsAsync<IOException>(() => NamedServer.StartAsync(second, "second", output, k => k.Listen(endPoint)));
+        Assert.IsType<AddressInUseException>(failure.InnerException);
+        output.WriteLine($"{second} on {first}'s port: {failure.Message} <- {failure.InnerException!.Message}");
+
+        for (var i = 0; i < 16; i++)
+        {
+            Assert.Equal("first", await NamedServer.AskAsync(endPoint));
+        }
+    }
+
+    /// <summary>
+    /// Twenty times in a row: a server serves a Connection: close request (the server closes first, so its side
+    /// of that connection sits in TIME_WAIT on the port), stops, and a new server binds the same port at once
+    /// and serves.
+    /// </summary>
+    [Theory]
+    [MemberData(nameof(Kinds))]
+    public async Task The_same_port_rebinds_right_after_dispose_20_times_with_a_connection_in_TIME_WAIT(TransportKind kind)
+    {
+        var port = 0;
+        var timeWaits = 0;
+        for (var round = 0; round < 20; round++)
+        {
+            var name = $"round {round}";
+            await using (var server = await NamedServer.StartAsync(kind, name, output, k => k.Listen(IPAddress.Loopback, port)))
+            {
+                port = new Uri(Assert.Single(server.Addresses)).Port;
+                Assert.Equal(name, await NamedServer.AskAsync(new IPEndPoint(IPAddress.Loopback, port)));
+                Assert.True(await WaitForTimeWaitAsync(port), $"Round {round}: no connection on port {port} reached TIME_WAIT, so the rebind would not prove the point.");
+                timeWaits++;
+            }
+        }
+
+        output.WriteLine($"{kind}: 20 rebinds of port {port}, each with a TIME_WAIT connection on it.");
+        Assert.Equal(20, timeWaits);
+    }
+
+    /// <summary>Polls /proc/net/tcp and tcp6 for a TIME_WAIT (state 06) entry whose local port is <paramref name="port"/>.</summary>
+    private static async Task<bool> WaitForTimeWaitAsync(int port)
+    {
+        var hexPort = port.ToString("X4", CultureInfo.InvariantCulture);
+        for (var attempt = 0; attempt < 100; attempt++)
+        {
+            foreach (var table in new[] { "/proc/net/tcp", "/proc/net/tcp6" })
+            {
+                foreach (var line in File.ReadLines(table).Skip(1))
+                {
+                    var fields = line.Split(' ', StringSplitOptions.RemoveEmptyEntries);
+                    if (fields.Length > 3 && fields[1].EndsWith(":" + hexPort, StringComparison.Ordinal) && fields[3] == "06")
+                    {
+                        return true;
+                    }
+                }
+            }
+
+            await Task.Delay(20);
+        }
+
+        return false;
+    }
+}

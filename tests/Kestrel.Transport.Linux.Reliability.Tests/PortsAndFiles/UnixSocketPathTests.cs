@@ -1,0 +1,157 @@
+using System.Runtime.InteropServices;
+using System.Text;
+
+namespace Kestrel.Transport.Linux.Reliability.Tests.PortsAndFiles;
+
+/// <summary>What a server does with whatever already exists at its Unix socket's path.</summary>
+public sealed partial class UnixSocketPathTests(ITestOutputHelper output) : IDisposable
+{
+    private const int AtCurrentDirectory = -100;
+    private const uint StatxInode = 0x100;
+
+    private readonly DirectoryInfo _directory = Directory.CreateTempSubdirectory("ktl-rel-uds-");
+
+    public static TheoryData<TransportKind> Kinds => new() { TransportKind.Sockets, TransportKind.LinuxNative };
+
+    public static TheoryData<TransportKind, TransportKind> Pairs =>
+        new()
+        {
+            { TransportKind.Sockets, TransportKind.Sockets },
+            { TransportKind.LinuxNative, TransportKind.LinuxNative },
+            { TransportKind.LinuxNative, TransportKind.Sockets },
+            { TransportKind.Sockets, TransportKind.LinuxNative },
+        };
+
+    private string SocketPath => Path.Combine(_directory.FullName, "kestrel.sock");
+
+    /// <summary>
+    /// A second server on the path of a live server's socket fails to start, and the live server keeps its socket
+    /// file and every connection: the second must not have unlinked and re-created the path.
+    /// </summary>
+    [Theory]
+    [MemberData(nameof(Pairs))]
+    public async Task A_live_servers_socket_path_is_refused_and_the_live_server_keeps_serving(TransportKind first, TransportKind second)
+    {
+        await using var live = await NamedServer.StartAsync(first, "live", output, k => k.ListenUnixSocket(SocketPath));
+        var inode = Inode(SocketPath);
+
+        var failure = await Assert.ThrowsAnyAsync<Exception>(() => NamedServer.StartAsync(second, "second", output, k => k.ListenUnixSocket(SocketPath)));
+        output.WriteLine($"{second} on {first}'s live socket: {failure.GetType().Name}: {failure.Message} <- {failure.InnerException?.GetType().Name}: {failure.InnerException?.Message}");
+
+        Assert.Equal(inode, Inode(SocketPath));
+        for (var i = 0; i < 8; i++)
+        {
+            Assert.Equal("live", await NamedServer.AskAsync(NamedServer.Unix(SocketPath)));
+        }
+    }
+
+    /// <summary>
+    /// A socket file left by a server that died (nobody listening on it). The Linux transport probes it with a
+    /// connect, finds nobody, replaces it and serves. Kestrel's Sockets transport does not: its bind fails with
+    /// "address already in use" (run here as the reference, it proves the stale file really blocks a plain bind,
+    /// so the Linux run shows a deliberate difference rather than an empty setup).
+    /// </summary>
+    [Theory]
+    [MemberData(nameof(Kinds))]
+    public async Task A_stale_socket_file_is_replaced_by_the_Linux_transport_where_Sockets_fails(TransportKind kind)
+    {
+        CreateStaleSocketFile(SocketPath);
+        var staleInode = Inode(SocketPath);
+
+        if (!kind.IsLinux())
+        {
+            var failure = await Assert.ThrowsAsync<IOException>(() => NamedServer.StartAsync(kind, "new", output, k => k.ListenUnixSocket(SocketPath)));
+            output.WriteLine($"{kind}: {failure.Message}");
+            Assert.Equal(staleInode, Inode(SocketPath));
+            return;
+        }
+
+        await using var server = await NamedServer.StartAsync(kind, "new", output, k => k.ListenUnixSocket(SocketPath));
+        Assert.NotEqual(staleInode, Inode(SocketPath));
+        Assert.Equal("new", await NamedServer.AskAsync(NamedServer.Unix(SocketPath)));
+    }
+
+    /// <summary>A regular file at the path makes the bind fail, and the file is neither deleted nor changed.</summary>
+    [Theory]
+    [MemberData(nameof(Kinds))]
+    public async Task A_regular_file_at_the_path_fails_the_bind_and_is_left_unchanged(TransportKind kind)
+    {
+        var content = Encoding.UTF8.GetBytes($"precious data {Guid.NewGuid()}");
+        await File.WriteAllBytesAsync(SocketPath, content);
+
+        var failure = await Assert.ThrowsAnyAsync<Exception>(() => NamedServer.StartAsync(kind, "server", output, k => k.ListenUnixSocket(SocketPath)));
+        output.WriteLine($"{kind}: {failure.GetType().Name}: {failure.Message} <- {failure.InnerException?.GetType().Name}: {failure.InnerException?.Message}");
+
+        Assert.True(File.Exists(SocketPath), "The regular file at the socket path was deleted.");
+        Assert.Equal(content, await File.ReadAllBytesAsync(SocketPath));
+    }
+
+    /// <summary>A directory at the path makes the bind fail with an error that names the path; the directory stays.</summary>
+    [Theory]
+    [MemberData(nameof(Kinds))]
+    public async Task A_directory_at_the_path_fails_with_an_error_naming_the_path(TransportKind kind)
+    {
+        Directory.CreateDirectory(SocketPath);
+        File.WriteAllText(Path.Combine(SocketPath, "inside.txt"), "keep");
+
+        var failure = await Assert.ThrowsAnyAsync<Exception>(() => NamedServer.StartAsync(kind, "server", output, k => k.ListenUnixSocket(SocketPath)));
+        var messages = $"{failure.Message} <- {failure.InnerException?.Message}";
+        output.WriteLine($"{kind}: {failure.GetType().Name}: {messages}");
+        Assert.Contains(SocketPath, messages, StringComparison.Ordinal);
+        Assert.True(Directory.Exists(SocketPath) && File.Exists(Path.Combine(SocketPath, "inside.txt")), "The directory at the socket path was removed or emptied.");
+    }
+
+    public void Dispose() => _directory.Delete(recursive: true);
+
+    /// <summary>The inode identifies the file object: a path unlinked and re-created gets a new one.</summary>
+    private static ulong Inode(string path)
+    {
+        var result = default(StatxResult);
+        Assert.True(Statx(AtCurrentDirectory, path, 0, StatxInode, ref result) == 0, $"statx({path}) failed: errno {Marshal.GetLastPInvokeError()}");
+        return result.Ino;
+    }
+
+    /// <summary>Binds a socket to <paramref name="path"/> with libc and closes it without unlinking: what a killed server leaves.</summary>
+    private static unsafe void CreateStaleSocketFile(string path)
+    {
+        const int AF_UNIX = 1;
+        const int SOCK_STREAM = 1;
+        var fd = Socket(AF_UNIX, SOCK_STREAM, 0);
+        Assert.True(fd >= 0, $"socket failed: errno {Marshal.GetLastPInvokeError()}");
+        try
+        {
+            // struct sockaddr_un: sa_family_t sun_family; char sun_path[108].
+            var address = new byte[110];
+            address[0] = AF_UNIX;
+            var written = Encoding.UTF8.GetBytes(path, address.AsSpan(2));
+            fixed (byte* pointer = address)
+            {
+                Assert.True(Bind(fd, pointer, (uint)(2 + written + 1)) == 0, $"bind failed: errno {Marshal.GetLastPInvokeError()}");
+            }
+        }
+        finally
+        {
+            _ = Close(fd);
+        }
+    }
+
+    [StructLayout(LayoutKind.Explicit, Size = 256)]
+    private struct StatxResult
+    {
+        // struct statx (linux/stat.h): stx_ino is the __u64 at offset 32.
+        [FieldOffset(32)]
+        public ulong Ino;
+    }
+
+    [LibraryImport("libc", EntryPoint = "socket", SetLastError = true)]
+    private static partial int Socket(int domain, int type, int protocol);
+
+    [LibraryImport("libc", EntryPoint = "bind", SetLastError = true)]
+    private static unsafe partial int Bind(int fd, byte* address, uint length);
+
+    [LibraryImport("libc", EntryPoint = "close", SetLastError = true)]
+    private static partial int Close(int fd);
+
+    [LibraryImport("libc", EntryPoint = "statx", SetLastError = true, StringMarshalling = StringMarshalling.Utf8)]
+    private static partial int Statx(int directoryFd, string path, int flags, uint mask, ref StatxResult result);
+}
