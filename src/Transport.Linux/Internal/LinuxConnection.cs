@@ -388,8 +388,7 @@ internal sealed class LinuxConnection : ConnectionContext,
                 // The app completed its writer with an error; the send side is over either way.
             }
 
-            _output.Reader.Complete(_pendingOutputError);
-            MaybeClose();
+            CompleteOutput(_pendingOutputError);
             return;
         }
 
@@ -508,6 +507,8 @@ internal sealed class LinuxConnection : ConnectionContext,
     }
 
     private Exception? _pendingOutputError;
+    private bool _outputCompletionDeferred;
+    private bool _connectionClosedDone;
 
     private void EndSend(Exception? error, bool graceful)
     {
@@ -524,18 +525,14 @@ internal sealed class LinuxConnection : ConnectionContext,
             _readResult = default;
         }
 
-        // As the Sockets transport does, the application's output learns only of unexpected
-        // errors: after a reset or an abort its flushes report completion, not an exception (which
-        // Kestrel would log as unexpected); the reason reaches it through the input side below.
-        var outputError = error is ConnectionResetException or ConnectionAbortedException ? null : error;
         if (_readPending)
         {
-            _pendingOutputError = outputError;
+            _pendingOutputError = error;
             _output.Reader.CancelPendingRead();
         }
         else
         {
-            _output.Reader.Complete(outputError);
+            CompleteOutput(error);
         }
 
         if (graceful && !_fdClosed)
@@ -548,6 +545,43 @@ internal sealed class LinuxConnection : ConnectionContext,
         // readers learn why.
         EndReceive(error ?? _abortReason ?? new ConnectionAbortedException("The Linux transport's send side completed."));
         MaybeClose();
+    }
+
+    /// <summary>
+    /// Completes the transport's reader of the app's output. As the Sockets transport does, the app's
+    /// output learns only of unexpected errors: after a reset or an abort its flushes report completion,
+    /// not an exception (which Kestrel would log as unexpected). And it learns of it only after the
+    /// ConnectionClosed callbacks have run, so Kestrel has aborted the request (RequestAborted) before
+    /// any flush of the app can return as if the response had gone out; until then backpressure holds
+    /// the app's writes.
+    /// </summary>
+    private void CompleteOutput(Exception? error)
+    {
+        if (error is ConnectionResetException or ConnectionAbortedException)
+        {
+            if (!_connectionClosedDone)
+            {
+                _outputCompletionDeferred = true;
+                return;
+            }
+
+            error = null;
+        }
+
+        _output.Reader.Complete(error);
+        MaybeClose();
+    }
+
+    /// <summary>On the loop, once the ConnectionClosed callbacks have run.</summary>
+    private void OnConnectionClosedCallbacksDone()
+    {
+        _connectionClosedDone = true;
+        if (_outputCompletionDeferred)
+        {
+            _outputCompletionDeferred = false;
+            _output.Reader.Complete();
+            MaybeClose();
+        }
     }
 
     // ---- Ending -------------------------------------------------------------------------------
@@ -607,9 +641,10 @@ internal sealed class LinuxConnection : ConnectionContext,
             FireConnectionClosed();
         }
 
-        // A pending flush or read will report back on this loop (they were cancelled); the pipes'
-        // blocks go back to the pool when both sides are complete.
-        if (!_flushPending && !_readPending)
+        // A pending flush or read will report back on this loop (they were cancelled), and an output
+        // held back for the ConnectionClosed callbacks completes after them; the pipes' blocks go back
+        // to the pool when both sides are complete.
+        if (!_flushPending && !_readPending && !_outputCompletionDeferred)
         {
             Debug.Assert(_receiveDone && _sendDone);
             _closed.TrySetResult();
@@ -620,17 +655,20 @@ internal sealed class LinuxConnection : ConnectionContext,
     {
         if (Interlocked.Exchange(ref _connectionClosedFired, 1) == 0)
         {
-            // User callbacks on the token must not run on the loop thread.
-            ThreadPool.UnsafeQueueUserWorkItem(static source =>
+            // User callbacks on the token must not run on the loop thread. Once they have run, the
+            // loop may complete an output it held back for them (CompleteOutput).
+            ThreadPool.UnsafeQueueUserWorkItem(static connection =>
             {
                 try
                 {
-                    source.Cancel();
+                    connection._connectionClosedSource.Cancel();
                 }
                 catch (ObjectDisposedException)
                 {
                 }
-            }, _connectionClosedSource, preferLocal: false);
+
+                connection._loop.Post(static s => ((LinuxConnection)s!).OnConnectionClosedCallbacksDone(), connection);
+            }, this, preferLocal: false);
         }
     }
 

@@ -1,7 +1,7 @@
 using System.Collections.Concurrent;
 using System.Globalization;
 using System.Text;
-using Kestrel.Transport.Linux.Reliability.Tests.Integrity;
+using Kestrel.Transport.Linux.Reliability.Tests.Infrastructure;
 using Microsoft.AspNetCore.Http;
 using Microsoft.AspNetCore.Server.Kestrel.Core;
 using Microsoft.Extensions.Logging;
@@ -171,7 +171,7 @@ public sealed class HttpFuzzTests(ITestOutputHelper output)
             output.WriteLine($"{group.Count(),6}  {group.Key}");
         }
 
-        FiguresFile.Append(output, $"fuzz transport={kind} seed={seed} cases={cases} rejected_4xx_5xx={rejected} closed_without_response={closedSilently} served_only={cases - rejected - closedSilently} classes={classes.Count} top=[{string.Join("; ", classes.Take(6).Select(g => $"{g.Key}:{g.Count()}"))}] ends=[{string.Join(" ", ends)}]");
+        Figures.Report(output, "fuzz", kind, $"seed={seed} cases={cases} rejected_4xx_5xx={rejected} closed_without_response={closedSilently} served_only={cases - rejected - closedSilently} classes={classes.Count} top=[{string.Join("; ", classes.Take(6).Select(g => $"{g.Key}:{g.Count()}"))}] ends=[{string.Join(" ", ends)}]");
         return new FuzzPass(outcomes, blocksLeftOut);
     }
 

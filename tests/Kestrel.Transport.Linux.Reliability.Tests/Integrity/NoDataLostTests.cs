@@ -1,6 +1,7 @@
 using System.Globalization;
 using System.Net;
 using System.Text;
+using Kestrel.Transport.Linux.Reliability.Tests.Infrastructure;
 using Microsoft.AspNetCore.Http;
 
 namespace Kestrel.Transport.Linux.Reliability.Tests.Integrity;
@@ -70,7 +71,7 @@ public sealed class NoDataLostTests(ITestOutputHelper output)
         }))).WaitAsync(TestTimeouts.Large);
 
         await host.StopAsync();
-        FiguresFile.Append(output, $"integrity transfers transport={kind} transfers={transfers} connections={Connections} bytes_sha256_verified={verified}");
+        Figures.Report(output, "integrity transfers", kind, $"transfers={transfers} connections={Connections} bytes_sha256_verified={verified}");
     }
 
     /// <summary>
@@ -112,7 +113,7 @@ public sealed class NoDataLostTests(ITestOutputHelper output)
         }))).WaitAsync(TestTimeouts.Large);
 
         await host.StopAsync();
-        FiguresFile.Append(output, $"integrity pipelined transport={kind} connections={Connections} responses={Connections * 100} body_bytes_verified={verified}");
+        Figures.Report(output, "integrity pipelined", kind, $"connections={Connections} responses={Connections * 100} body_bytes_verified={verified}");
     }
 
     /// <summary>
@@ -164,7 +165,7 @@ public sealed class NoDataLostTests(ITestOutputHelper output)
         }))).WaitAsync(TestTimeouts.Large);
 
         await host.StopAsync();
-        FiguresFile.Append(output, $"integrity echo transport={kind} bodies=128 client_sends={sends} bytes_verified={verified}");
+        Figures.Report(output, "integrity echo", kind, $"bodies=128 client_sends={sends} bytes_verified={verified}");
     }
 
     private static byte[] BuildEchoRequest(Random random, byte[] body, bool chunked)
