@@ -1,5 +1,6 @@
 using System.Globalization;
 using System.Net;
+using System.Text;
 using Microsoft.AspNetCore.Connections;
 
 namespace Kestrel.Transport.Linux.Reliability.Tests.PortsAndFiles;
@@ -64,7 +65,14 @@ public sealed class PortTests(ITestOutputHelper output)
             await using (var server = await NamedServer.StartAsync(kind, name, output, k => k.Listen(IPAddress.Loopback, port)))
             {
                 port = new Uri(Assert.Single(server.Addresses)).Port;
-                Assert.Equal(name, await NamedServer.AskAsync(new IPEndPoint(IPAddress.Loopback, port)));
+                // Read to the server's FIN before closing, so that the server closes first and its side waits.
+                using (var client = await TestSockets.ConnectAsync(new IPEndPoint(IPAddress.Loopback, port)))
+                {
+                    await client.SendAllAsync("GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"u8.ToArray());
+                    var response = Encoding.ASCII.GetString(await client.ReceiveToEndAsync());
+                    Assert.True(response.StartsWith("HTTP/1.1 200 ", StringComparison.Ordinal) && response.Contains(name, StringComparison.Ordinal), $"Round {round}: unexpected response '{response}'.");
+                }
+
                 Assert.True(await WaitForTimeWaitAsync(port), $"Round {round}: no connection on port {port} reached TIME_WAIT, so the rebind would not prove the point.");
                 timeWaits++;
             }

@@ -33,12 +33,11 @@ public sealed partial class UnixSocketPathTests(ITestOutputHelper output) : IDis
     public async Task A_live_servers_socket_path_is_refused_and_the_live_server_keeps_serving(TransportKind first, TransportKind second)
     {
         await using var live = await NamedServer.StartAsync(first, "live", output, k => k.ListenUnixSocket(SocketPath));
-        var inode = Inode(SocketPath);
 
         var failure = await Assert.ThrowsAnyAsync<Exception>(() => NamedServer.StartAsync(second, "second", output, k => k.ListenUnixSocket(SocketPath)));
         output.WriteLine($"{second} on {first}'s live socket: {failure.GetType().Name}: {failure.Message} <- {failure.InnerException?.GetType().Name}: {failure.InnerException?.Message}");
 
-        Assert.Equal(inode, Inode(SocketPath));
+        // Had the second server unlinked the path, the live server's socket would be unreachable by name.
         for (var i = 0; i < 8; i++)
         {
             Assert.Equal("live", await NamedServer.AskAsync(NamedServer.Unix(SocketPath)));
