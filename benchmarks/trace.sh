@@ -57,7 +57,7 @@ mkdir -p "$out"
 out=$(cd "$out" && pwd)
 summary=$out/summary.md
 {
-    echo "# EventPipe CPU samples: $scenario ($path, depth $depth, $connections connections$( (( close )) && echo ', Connection: close'))"
+    echo "# EventPipe samples: $scenario ($path, depth $depth, $connections connections$( (( close )) && echo ', Connection: close'))"
     echo
     echo "Command: \`./benchmarks/trace.sh --scenario $scenario --connections $connections --seconds $seconds --warmup $warmup ${configs[*]}\`"
     echo "Server on CPU $server_cpus, wrk on CPU $client_cpus; $(date -u +%Y-%m-%dT%H:%MZ); commit $(git rev-parse --short HEAD 2> /dev/null || echo unknown)."
