@@ -78,8 +78,9 @@ internal sealed class ThreadPoolDispatchQueue(EventLoop loop) : PipeScheduler, I
     /// <summary>
     /// Called by the loop on every pass while a batch runs. A batch runs continuations one after the
     /// other, so an app that blocks in one (synchronous body I/O) could wait forever for a continuation
-    /// queued behind it; when one runs for over a millisecond with work waiting, another thread-pool
-    /// thread drains the queue too, as the thread pool itself would have run them in parallel.
+    /// queued behind it; when one has run for over a millisecond with work waiting and its thread is
+    /// blocked in the kernel (or it has run for 50 ms whatever its state), another thread-pool thread
+    /// drains the queue too, as the thread pool itself would have run them in parallel.
     /// </summary>
     public void HelpIfStalled()
     {
