@@ -20,10 +20,38 @@ internal sealed class PythonClient : IAsyncDisposable
         _scriptPath = scriptPath;
     }
 
+    /// <summary>
+    /// Prepended to every script: <c>read_response(s)</c> reads one HTTP/1.1 response with a
+    /// Content-Length body from a blocking socket and returns (status, body).
+    /// </summary>
+    private const string Prelude = """
+        def read_response(s):
+            data = b""
+            while b"\r\n\r\n" not in data:
+                chunk = s.recv(4096)
+                if not chunk:
+                    raise EOFError("the server closed before the response head")
+                data += chunk
+            head, _, body = data.partition(b"\r\n\r\n")
+            lines = head.split(b"\r\n")
+            length = 0
+            for line in lines[1:]:
+                name, _, value = line.partition(b":")
+                if name.strip().lower() == b"content-length":
+                    length = int(value)
+            while len(body) < length:
+                chunk = s.recv(4096)
+                if not chunk:
+                    raise EOFError("the server closed in the middle of the body")
+                body += chunk
+            return int(lines[0].split(b" ")[1]), body
+
+        """;
+
     public static PythonClient Start(string script, params string[] arguments)
     {
         var scriptPath = Path.Combine(Path.GetTempPath(), $"ktl-client-{Guid.NewGuid():N}.py");
-        File.WriteAllText(scriptPath, script);
+        File.WriteAllText(scriptPath, Prelude + "\n" + script);
         var info = new ProcessStartInfo("python3")
         {
             RedirectStandardInput = true,

@@ -31,27 +31,6 @@ public sealed class HeldConnectionsTests(ITestOutputHelper output)
             socks.append(s)
         print("connected %d" % len(socks), flush=True)
 
-        def read_response(s):
-            data = b""
-            while b"\r\n\r\n" not in data:
-                chunk = s.recv(4096)
-                if not chunk:
-                    raise EOFError("the server closed before the response head")
-                data += chunk
-            head, _, body = data.partition(b"\r\n\r\n")
-            lines = head.split(b"\r\n")
-            length = 0
-            for line in lines[1:]:
-                name, _, value = line.partition(b":")
-                if name.strip().lower() == b"content-length":
-                    length = int(value)
-            while len(body) < length:
-                chunk = s.recv(4096)
-                if not chunk:
-                    raise EOFError("the server closed in the middle of the body")
-                body += chunk
-            return int(lines[0].split(b" ")[1]), body
-
         for line in sys.stdin:
             command = line.split()
             if command[0] == "round":
