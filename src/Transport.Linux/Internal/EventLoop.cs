@@ -20,6 +20,9 @@ internal sealed unsafe class EventLoop : PipeScheduler
     private const int Awake = 0;
     private const int Sleeping = 1;
     private const int Notified = 2;
+
+    /// <summary>Asleep, but for at most <see cref="DispatchPollMs"/>: a dispatch batch was queued or running.</summary>
+    private const int Polling = 3;
     private const int DispatchPollMs = 1;
 
     [ThreadStatic]
@@ -198,10 +201,19 @@ internal sealed unsafe class EventLoop : PipeScheduler
         }
 
         // Continuations that this loop's own dispatch batch schedules (each response flush of a
-        // pipelined batch, say) wake the loop once when the batch ends, not once per flush.
-        if (_dispatchQueue is not null && _dispatchQueue.DeferWake())
+        // pipelined batch, say) wake the loop once when the batch ends, not once per flush. That is
+        // safe only while the loop is sure to look again without it: awake (it checks the queue
+        // before it sleeps), already notified, or polling because it knew of the batch. A loop that
+        // went to sleep before the batch was queued could otherwise sleep forever under a batch that
+        // blocks (synchronous body I/O waiting for this very loop), so that one is woken now.
+        if (_dispatchQueue is not null && _dispatchQueue.IsBatchThread)
         {
-            return;
+            Interlocked.MemoryBarrier(); // the enqueue above before the read of _state, as in Wake's CompareExchange
+            if (Volatile.Read(ref _state) != Sleeping)
+            {
+                ThreadPoolDispatchQueue.WakeLoopAtBatchEnd();
+                return;
+            }
         }
 
         Wake();
@@ -210,11 +222,27 @@ internal sealed unsafe class EventLoop : PipeScheduler
     /// <summary>Writes the eventfd only when the loop may be blocked in epoll_wait, at most once per sleep.</summary>
     public void Wake()
     {
+        int state = Interlocked.CompareExchange(ref _state, Notified, Sleeping);
+        if (state == Sleeping || (state == Polling && Interlocked.CompareExchange(ref _state, Notified, Polling) == Polling))
+        {
+            EventFd.Signal(_eventFd);
+        }
+    }
+
+    /// <summary>
+    /// Wakes the loop if it sleeps without a poll deadline, so that it starts polling (and watching
+    /// for stalled continuations) while a dispatch batch it did not know of is running.
+    /// </summary>
+    public void WakeIfNotPolling()
+    {
         if (Interlocked.CompareExchange(ref _state, Notified, Sleeping) == Sleeping)
         {
             EventFd.Signal(_eventFd);
         }
     }
+
+    /// <summary>True on this loop's own thread.</summary>
+    public bool IsLoopThread => t_current == this;
 
     public void Post(Action<object?> action, object? state) => Schedule(action, state);
 
@@ -337,11 +365,12 @@ internal sealed unsafe class EventLoop : PipeScheduler
             TransportLog.LoopStarted(_logger, Index, Engine.Name, _useAioReceive, _useAioSend);
             while (true)
             {
-                int timeout = ComputeTimeout();
+                int timeout = ComputeTimeout(out bool polling);
                 if (timeout != 0)
                 {
-                    // Pairs with the CompareExchange in Schedule: whoever enqueues after this sees Sleeping and wakes us.
-                    Interlocked.Exchange(ref _state, Sleeping);
+                    // Pairs with the CompareExchange in Wake and the barrier in Schedule: whoever
+                    // enqueues after this sees Sleeping (or Polling) and wakes us.
+                    Interlocked.Exchange(ref _state, polling ? Polling : Sleeping);
                     if (!_workQueue.IsEmpty)
                     {
                         timeout = 0;
@@ -436,8 +465,9 @@ internal sealed unsafe class EventLoop : PipeScheduler
         return true;
     }
 
-    private int ComputeTimeout()
+    private int ComputeTimeout(out bool polling)
     {
+        polling = false;
         if (_receiveQueue.Count > 0 || _sendQueue.Count > 0 || !_workQueue.IsEmpty || (_stopRequested && ReadyToExit()))
         {
             return 0;
@@ -450,12 +480,13 @@ internal sealed unsafe class EventLoop : PipeScheduler
             timeout = (int)Math.Clamp(wait, 0, 1000);
         }
 
-        // While a dispatch batch runs, its wake-up comes when the batch ends. Should the app block
-        // inside the batch waiting for this loop (synchronous I/O under backpressure), a short
-        // poll keeps that from turning into a deadlock.
-        if (_dispatchQueue is { IsRunning: true })
+        // While a dispatch batch is queued or runs, its wake-up comes when the batch ends. Should the
+        // app block inside the batch waiting for this loop (synchronous I/O under backpressure), a
+        // short poll keeps that from turning into a deadlock, and lets HelpIfStalled look.
+        if (_dispatchQueue is { IsActive: true })
         {
             timeout = timeout < 0 ? DispatchPollMs : Math.Min(timeout, DispatchPollMs);
+            polling = true;
         }
 
         return timeout;

@@ -48,8 +48,11 @@ internal sealed class ThreadPoolDispatchQueue(EventLoop loop) : PipeScheduler, I
         return _statPath;
     }
 
-    /// <summary>True while a thread-pool thread is running this queue's batch.</summary>
-    public bool IsRunning => Volatile.Read(ref _running) > 0;
+    /// <summary>True from the moment a batch is queued until every thread running it has finished.</summary>
+    public bool IsActive => Volatile.Read(ref _scheduled) != 0 || Volatile.Read(ref _running) > 0;
+
+    /// <summary>True on a thread-pool thread that is running this queue's batch.</summary>
+    public bool IsBatchThread => t_running == this;
 
     public override void Schedule(Action<object?> action, object? state)
     {
@@ -58,22 +61,19 @@ internal sealed class ThreadPoolDispatchQueue(EventLoop loop) : PipeScheduler, I
         {
             System.Threading.ThreadPool.UnsafeQueueUserWorkItem(this, preferLocal: false);
         }
+        else if (t_running != this && !loop.IsLoopThread)
+        {
+            // Queued behind a batch that may be blocked, by a thread that is neither the loop nor the
+            // batch: make sure the loop polls, so that HelpIfStalled can see it.
+            loop.WakeIfNotPolling();
+        }
     }
 
     /// <summary>
-    /// Called by the loop when work is posted to it: true (and the wake-up is left to the end of the
-    /// batch) when the caller is this queue's own batch.
+    /// Called by the loop, on this queue's batch thread, when work posted to the loop may wait for
+    /// the batch to end: the batch wakes the loop once, as it finishes.
     /// </summary>
-    public bool DeferWake()
-    {
-        if (t_running != this)
-        {
-            return false;
-        }
-
-        t_wakeDeferred = true;
-        return true;
-    }
+    public static void WakeLoopAtBatchEnd() => t_wakeDeferred = true;
 
     /// <summary>
     /// Called by the loop on every pass while a batch runs. A batch runs continuations one after the
