@@ -138,6 +138,18 @@ for project in "${test_projects[@]}"; do
     failed=$((failed + project_failed))
     if (( project_failed > 0 )); then
         record_failure "$name ($project_failed failed)"
+        # Name each failed test, with the first line of its message, in the summary: the end of a
+        # CI log is the part that is always kept.
+        while IFS= read -r line; do
+            record_failure "  $line"
+        done < <(python3 - "$trx" <<'PY'
+import sys, xml.etree.ElementTree as ET
+ns = {"t": "http://microsoft.com/schemas/VisualStudio/TeamTest/2010"}
+for result in ET.parse(sys.argv[1]).getroot().iterfind(".//t:UnitTestResult[@outcome='Failed']", ns):
+    message = (result.findtext("t:Output/t:ErrorInfo/t:Message", "", ns) or "").strip().splitlines()
+    print(result.get("testName"), "--", (message[0] if message else "")[:300])
+PY
+)
     elif (( test_ok == 0 )); then
         # A crash, hang or build problem with no failed test to show for it.
         failed=$((failed + 1))
