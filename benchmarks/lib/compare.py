@@ -77,11 +77,17 @@ class Config:
     alternatives: list[list[str]]              # sample argument lists, tried in order
     line: str
     optional: bool = False                     # a start failure means "unavailable", not "failed"
+    sample: Path | None = None                 # another build of the sample (@sample=PATH)
+
+    @property
+    def sample_dll(self) -> Path:
+        return self.sample or SAMPLE_DLL
 
     def describe(self) -> str:
         if self.kind == "ceiling":
             return "benchmarks/ceiling (raw C epoll server)"
-        return " || ".join(" ".join(a) for a in self.alternatives)
+        text = " || ".join(" ".join(a) for a in self.alternatives)
+        return f"[{self.sample}] {text}" if self.sample else text
 
 
 def parse_config_line(line: str) -> Config | None:
@@ -92,22 +98,27 @@ def parse_config_line(line: str) -> Config | None:
     name, rest = tokens[0], tokens[1:]
     env: dict[str, str] = {}
     optional = False
-    while rest and (rest[0] == "@optional" or re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", rest[0])):
+    sample: Path | None = None
+    while rest and (rest[0] == "@optional" or rest[0].startswith("@sample=")
+                    or re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", rest[0])):
         token = rest.pop(0)
         if token == "@optional":
             optional = True
             continue
+        if token.startswith("@sample="):
+            sample = Path(os.path.expanduser(token.partition("=")[2])).resolve()
+            continue
         key, _, value = token.partition("=")
         env[key] = value
     if rest == ["@ceiling"]:
-        return Config(name, "ceiling", env, [[]], text, optional)
+        return Config(name, "ceiling", env, [[]], text, optional, sample)
     alternatives: list[list[str]] = [[]]
     for token in rest:
         if token == "||":
             alternatives.append([])
         else:
             alternatives[-1].append(token)
-    return Config(name, "kestrel", env, alternatives, text, optional)
+    return Config(name, "kestrel", env, alternatives, text, optional, sample)
 
 
 def load_configs(path: Path, extra: list[str]) -> list[Config]:
@@ -448,7 +459,7 @@ class Runner:
             candidates = [a + m for a in config.alternatives for m in mode_alternatives]
         rejected = []
         for sample_args in candidates:
-            argv = taskset + ["dotnet", str(SAMPLE_DLL), "--urls", url] + sample_args
+            argv = taskset + ["dotnet", str(config.sample_dll), "--urls", url] + sample_args
             if threads:
                 argv += ["--threads", str(threads)]
             if target.kind == "unix" and os.path.exists(target.path):
@@ -1051,7 +1062,8 @@ def main(argv: list[str]) -> int:
     args = parse_args(argv)
     configs = load_configs(Path(args.config_file), args.add_config)
     if args.configs:
-        wanted = args.configs.split(",")
+        # --add-config rows were asked for by name already: --configs selects among the table's rows.
+        wanted = args.configs.split(",") + [c.name for c in (parse_config_line(l) for l in args.add_config) if c]
         unknown = [w for w in wanted if w not in {c.name for c in configs}]
         if unknown:
             raise SystemExit(f"compare: unknown configuration(s) {unknown}")
@@ -1062,6 +1074,10 @@ def main(argv: list[str]) -> int:
     for binary in (BIN / "ceiling", BIN / "loadgen", SAMPLE_DLL):
         if not binary.exists():
             raise SystemExit(f"compare: {binary} is missing; run benchmarks/compare.sh, which builds it")
+    for config in configs:
+        if config.sample and not config.sample.is_file():
+            raise SystemExit(f"compare: configuration {config.name}: @sample={config.sample} does not exist "
+                             "(build that tree's samples/TechEmpower in Release first)")
 
     runner = Runner(args, configs)
 
