@@ -283,6 +283,34 @@ class Proc:
             proc.stop()
 
 
+class PerfStat:
+    """`perf stat` attached to a running server for one measured window: its context switches and
+    system calls (all threads that exist when it attaches; the thread pool rarely adds one after the
+    warm-up). Counts are absolute; the caller divides them by the requests answered."""
+
+    EVENTS = {"context-switches": "switches_per_request", "raw_syscalls:sys_enter": "syscalls_per_request"}
+
+    def __init__(self, pid: int) -> None:
+        self.popen = subprocess.Popen(
+            ["perf", "stat", "-x", ",", "-e", ",".join(self.EVENTS), "-p", str(pid)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        time.sleep(0.05)  # attached before the window opens
+
+    def stop(self) -> dict[str, float]:
+        self.popen.send_signal(signal.SIGINT)
+        try:
+            _, err = self.popen.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.popen.kill()
+            return {}
+        counts = {}
+        for line in err.splitlines():
+            fields = line.split(",")
+            if len(fields) > 2 and fields[2] in self.EVENTS and fields[0].replace(".", "", 1).isdigit():
+                counts[fields[2]] = float(fields[0])
+        return counts
+
+
 def cpu_busy_seconds(cpus: list[int]) -> float:
     """user + nice + system + steal time of the given CPUs, from /proc/stat (irq/softirq left out,
     as they are in a process's own utime/stime)."""
@@ -536,9 +564,11 @@ class Runner:
                 return False
         cpu_before = {name: proc.cpu_seconds() for name, proc in procs.items()}
         busy_before = cpu_busy_seconds(self.bench_cpus)
+        counter = PerfStat(procs["server"].pid) if self.args.perf_stat and "server" in procs else None
         t0 = time.monotonic()
         result, command, load_cpu = self.run_wrk(url, scenario, self.args.duration, cpus_load, wrk_threads)
         wall = time.monotonic() - t0
+        counts = counter.stop() if counter else {}
         busy = cpu_busy_seconds(self.bench_cpus) - busy_before
         cpu = {name: proc.cpu_seconds() - cpu_before[name] for name, proc in procs.items()}
         died = [name for name, proc in procs.items() if not proc.alive()]
@@ -565,10 +595,16 @@ class Runner:
             "error_rate": error_total / requests if requests else 1.0,
             "wrk_latency_us": result["latency_us"], "command": command,
         }
+        if counter:
+            for event, key in PerfStat.EVENTS.items():
+                record[key] = counts[event] / requests if requests and event in counts else None
         record.update(extra)
         self.measurements.append(record)
         flag = f"  ERRORS {errors}" if error_total else ""
         cpu_text = f"{record['cpu_us_per_request']:.1f} us/req" if requests else "-"
+        if counter and requests:
+            cpu_text += "".join(f"  {record[key]:.2f} {key.split('_')[0]}/req" for key in PerfStat.EVENTS.values()
+                                if record.get(key) is not None)
         label = config + (f" @{extra['hosting']}" if extra.get("hosting", "direct") != "direct" else "") + (
             f" threads={extra['threads']}" if extra.get("threads") else "")
         self.log(f"    {label:26} {scenario.name:26} {record['rps']:11.0f} req/s  {cpu_text}{flag}")
@@ -991,6 +1027,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--hosting-transports", default="linux,sockets")
     p.add_argument("--sweep-transports", default="linux,sockets,libuv")
     p.add_argument("--sweep-threads", default="1,2,4")
+    p.add_argument("--perf-stat", action="store_true",
+                   help="also count the server's context switches and system calls in each measured window "
+                        "(`perf stat -p`; needs perf and root or kernel.perf_event_paranoid <= 0)")
     p.add_argument("--no-build", action="store_true", help="skip `dotnet build` (handled by compare.sh)")
     args = p.parse_args(argv)
     quick = args.quick
@@ -1068,7 +1107,7 @@ def main(argv: list[str]) -> int:
         if unknown:
             raise SystemExit(f"compare: unknown configuration(s) {unknown}")
         configs = [c for c in configs if c.name in wanted]
-    for tool in ("wrk", "taskset", "dotnet"):
+    for tool in ("wrk", "taskset", "dotnet") + (("perf",) if args.perf_stat else ()):
         if not shutil.which(tool):
             raise SystemExit(f"compare: {tool} is not installed (see .ci/run for the packages)")
     for binary in (BIN / "ceiling", BIN / "loadgen", SAMPLE_DLL):
@@ -1148,8 +1187,19 @@ def quick_problems(runner: Runner, out: Path) -> list[str]:
     for e in runner.events:
         if e["state"] == "failed":
             problems.append(f"{e['phase']} {e['config']} {e['scenario']}: {e['reason']}")
+    def cell(m: dict) -> tuple:
+        return m["phase"], m["config"], m["scenario"], m.get("hosting"), m.get("threads")
+
+    answered = {cell(m) for m in runner.measurements if m["requests"] > 0}
     for m in runner.measurements:
-        if m["error_rate"] > ERROR_TOLERANCE or m["requests"] == 0:
+        # A window with no answer at all and no error is a starved one (on a busy shared machine every
+        # request of a 2 s window can still be in flight when wrk stops): it fails the check only when
+        # no other round of the same cell got an answer either. Errors always count.
+        starved = m["requests"] == 0 and m["error_total"] == 0 and cell(m) in answered
+        if starved:
+            print(f"compare: note: {m['phase']} {m['config']} {m['scenario']} round {m['round']} got no answer "
+                  f"in its window (other load {m.get('other_cpu_util') or 0:.0%}); another round did", file=sys.stderr)
+        elif m["error_rate"] > ERROR_TOLERANCE or m["requests"] == 0:
             problems.append(f"{m['phase']} {m['config']} {m['scenario']} round {m['round']}: "
                             f"{m['error_total']} errors in {m['requests']} requests {m['errors']}")
     if not runner.measurements:

@@ -40,6 +40,10 @@ def fmt_us(v) -> str:
     return f"{v:.1f}" if v >= 10 else f"{v:.2f}"
 
 
+def fmt_count(v) -> str:
+    return "–" if v is None else f"{v:.2f}"
+
+
 def fmt_ratio(v) -> str:
     return "–" if v is None else f"{v:.2f}×"
 
@@ -74,6 +78,8 @@ class Summary:
         self.server_util = median(r.get("server_cpu_util") for r in rows)
         self.load_util = median(r.get("load_cpu_util") for r in rows)
         self.other_util = median(r.get("other_cpu_util") for r in rows)
+        self.switches = median(r.get("switches_per_request") for r in rows)
+        self.syscalls = median(r.get("syscalls_per_request") for r in rows)
         self.errors = sum(r["error_total"] for r in rows)
         self.error_rounds = sum(1 for r in rows if r["error_total"])
         kinds: dict[str, int] = defaultdict(int)
@@ -99,7 +105,8 @@ def write_csv(out: Path, data: dict) -> None:
     error_keys = sorted({k for m in data["measurements"] for k in m["errors"]})
     columns = ["phase", "scenario", "mode", "hosting", "threads", "config", "round", "connections", "depth",
                "path", "rps", "requests", "duration_s", "server_cpu_s", "proxy_cpu_s", "cpu_us_per_request",
-               "server_cpu_util", "load_cpu_util", "other_cpu_util", "error_total"] + [f"err_{k}" for k in error_keys] + [
+               "server_cpu_util", "load_cpu_util", "other_cpu_util", "switches_per_request", "syscalls_per_request",
+               "error_total"] + [f"err_{k}" for k in error_keys] + [
                "target_rate", "p50_us", "p90_us", "p99_us", "p99.9_us", "max_us", "command"]
     with open(out / "results.csv", "w", newline="") as f:
         writer = csv.writer(f)
@@ -276,9 +283,11 @@ def reasons_for(events: list[dict], phase: str, config: str, scenario: str | Non
 def scenario_table(data: dict, scenario: dict) -> list[str]:
     measurements = data["measurements"]
     baseline = data["meta"].get("baseline", "sockets")
+    counted = any(m.get("switches_per_request") is not None for m in measurements)  # --perf-stat
     lines = ["| Configuration | Median req/s | Min–max req/s | vs " + baseline + " | CPU µs/req | vs " + baseline
-             + " | Server CPU | wrk CPU | Other load | Rounds | Errors |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+             + " | Server CPU | wrk CPU | Other load" + (" | Switches/req | Syscalls/req" if counted else "")
+             + " | Rounds | Errors |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if counted else "") + "---:|---|"]
     summaries = {}
     for c in data["configs"]:
         name = c["name"]
@@ -304,7 +313,7 @@ def scenario_table(data: dict, scenario: dict) -> list[str]:
         if not sm.n:
             why = reasons_for(data["events"], "main", name, scenario["name"],
                               scenario["mode"] if c["kind"] != "ceiling" else None) or "not measured"
-            lines.append(f"| {label} | – | – | – | – | – | – | – | – | 0 | {why} |")
+            lines.append(f"| {label} | – | – | – | – | – | – | – | – | " + ("– | – | " if counted else "") + f"0 | {why} |")
             continue
         load = fmt_pct(sm.load_util) + (" ²" if sm.load_util is not None and sm.load_util >= LOAD_BOUND_UTIL else "")
         rps_ratio = ratio(sm.rps, base.rps if base and base.n else None)
@@ -314,7 +323,9 @@ def scenario_table(data: dict, scenario: dict) -> list[str]:
         errors = sm.errors_text() + (f"; {extra}" if extra else "")
         lines.append(f"| {label} | {fmt_int(sm.rps)} | {fmt_int(sm.rps_min)}–{fmt_int(sm.rps_max)} | "
                      f"{fmt_ratio(rps_ratio)} | {fmt_us(sm.cpu)} | {fmt_ratio(cpu_ratio)} | "
-                     f"{fmt_pct(sm.server_util)} | {load} | {fmt_pct(sm.other_util)} | {sm.n} | {errors} |")
+                     f"{fmt_pct(sm.server_util)} | {load} | {fmt_pct(sm.other_util)} | "
+                     + (f"{fmt_count(sm.switches)} | {fmt_count(sm.syscalls)} | " if counted else "")
+                     + f"{sm.n} | {errors} |")
         if sm.load_util is not None and sm.load_util >= LOAD_BOUND_UTIL:
             notes.append("² wrk used its whole CPU: the load generator may be the limit here, so requests/s "
                          "understates the server; compare CPU µs/request instead.")
@@ -594,6 +605,9 @@ def write_markdown(out: Path, data: dict, charts: list[tuple[str, str]], chart_n
               "generator's share of its CPUs (² marks ≥ 95%: the client may be the bottleneck). **Other load**: "
               "CPU time that other processes took on the benchmark's CPUs during the window (from /proc/stat), as "
               "a share of those CPUs; this machine is shared, and a high value means the row is noisy.",
+              "- **Switches/req** and **Syscalls/req** (only with `--perf-stat`): the server's context switches "
+              "and system calls in the window (`perf stat -p`), per request answered: what each hand-off between "
+              "threads and each wake-up costs, counted rather than inferred.",
               "- **Errors**: wrk's socket errors (connect, read, write, timeout > 2 s) and non-2xx answers "
               "(status), summed over rounds; any error is flagged ⚠.",
               "- **ceiling**: a minimal raw C epoll server (benchmarks/ceiling) serving the same answers; the "
