@@ -479,6 +479,8 @@ def targets_section(data: dict) -> list[str]:
     names = {c["name"] for c in data["configs"]}
     if "linux" not in names or "sockets" not in names:
         return []
+    if not any(m["phase"] in ("main", "latency") for m in measurements):
+        return []  # e.g. a sweep-only run: no target is measured
     main_names = [s["name"] for s in data["meta"].get("scenarios", [])]
     lines = ["## Targets", "",
              "The project's performance targets against this run's medians. **Met** compares the default "
@@ -568,13 +570,16 @@ def write_markdown(out: Path, data: dict, charts: list[tuple[str, str]], chart_n
     configs = {c["name"]: c for c in data["configs"]}
     libuv = configs.get("libuv")
     lines += ["### The libuv comparator", ""]
-    if libuv and libuv.get("startup_line"):
+    libuv_ran = any(m["config"] == "libuv" for m in data["measurements"])
+    if libuv and (libuv.get("startup_line") or libuv_ran):
         version = meta.get("libuv") or "not printed by the sample"
         what = ("benchmarks/LibuvComparator, a libuv transport for Kestrel rebuilt on the system's libuv1 "
                 "(Microsoft's Kestrel libuv transport ended with ASP.NET Core 6.0)"
                 if (REPO / "benchmarks" / "LibuvComparator").is_dir() else "the sample's libuv transport")
-        lines += [f"The `libuv` rows ran {what}, with libuv {version} (from its startup line: "
-                  f"`{libuv['startup_line']}`). System package libuv1: {machine.get('libuv1_package')}.", ""]
+        source = (f", with libuv {version} (from its startup line: `{libuv['startup_line']}`)"
+                  if libuv.get("startup_line") else "; its startup line is recorded by the main phase only")
+        lines += [f"The `libuv` rows ran {what}{source}. System package libuv1: "
+                  f"{machine.get('libuv1_package')}.", ""]
     elif libuv:
         why = reasons_for(data["events"], "main", "libuv", None, "middleware") or "it did not run"
         lines += [f"The libuv transport did not run in this run ({why}); system package libuv1: "
@@ -588,7 +593,9 @@ def write_markdown(out: Path, data: dict, charts: list[tuple[str, str]], chart_n
               "| Configuration | Server command | Environment | Startup line |", "|---|---|---|---|"]
     for c in data["configs"]:
         env = " ".join(f"`{k}={v}`" for k, v in c["env"].items()) or "–"
-        command = f"`{c['command']}`" if c.get("command") else f"`{c['line']}` (did not start)"
+        ran_main = any(m["phase"] == "main" for m in data["measurements"])
+        command = f"`{c['command']}`" if c.get("command") else (
+            f"`{c['line']}`" + (" (did not start)" if ran_main else " (no main phase in this run)"))
         startup = f"`{c['startup_line']}`" if c.get("startup_line") else "–"
         lines.append(f"| {c['name']} | {command} | {env} | {startup} |")
     if meta.get("stripped_env"):
