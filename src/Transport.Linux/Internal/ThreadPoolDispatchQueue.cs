@@ -84,9 +84,16 @@ internal sealed class ThreadPoolDispatchQueue(EventLoop loop) : PipeScheduler, I
     /// </summary>
     public void HelpIfStalled()
     {
+        // Called on every loop pass: the common case (nothing running, or nothing waiting behind it)
+        // returns before reading the clock.
         long started = Volatile.Read(ref _itemStarted);
+        if (started == 0 || _queue.IsEmpty)
+        {
+            return;
+        }
+
         long now = Stopwatch.GetTimestamp();
-        if (started == 0 || now - started <= s_stallTicks || _queue.IsEmpty || now - _lastProbe <= s_stallTicks)
+        if (now - started <= s_stallTicks || now - _lastProbe <= s_stallTicks)
         {
             return;
         }
