@@ -508,7 +508,15 @@ internal sealed class LinuxConnection : ConnectionContext,
 
     private Exception? _pendingOutputError;
     private bool _outputCompletionDeferred;
-    private bool _connectionClosedDone;
+
+    // ConnectionClosed callbacks against an output completion the loop holds back for them:
+    // NotYet, then either Waiting (the loop holds it; the callbacks' thread posts back to the loop
+    // when they are done) or Done (they ran first; the loop completes at once). Only a held-back
+    // completion costs a post back to the loop.
+    private const int CallbacksNotYet = 0;
+    private const int CallbacksWaiting = 1;
+    private const int CallbacksDone = 2;
+    private int _callbacksState;
 
     private void EndSend(Exception? error, bool graceful)
     {
@@ -559,7 +567,7 @@ internal sealed class LinuxConnection : ConnectionContext,
     {
         if (error is ConnectionResetException or ConnectionAbortedException)
         {
-            if (!_connectionClosedDone)
+            if (Interlocked.CompareExchange(ref _callbacksState, CallbacksWaiting, CallbacksNotYet) != CallbacksDone)
             {
                 _outputCompletionDeferred = true;
                 return;
@@ -572,16 +580,13 @@ internal sealed class LinuxConnection : ConnectionContext,
         MaybeClose();
     }
 
-    /// <summary>On the loop, once the ConnectionClosed callbacks have run.</summary>
+    /// <summary>On the loop, once the ConnectionClosed callbacks have run, when it held the output back for them.</summary>
     private void OnConnectionClosedCallbacksDone()
     {
-        _connectionClosedDone = true;
-        if (_outputCompletionDeferred)
-        {
-            _outputCompletionDeferred = false;
-            _output.Reader.Complete();
-            MaybeClose();
-        }
+        Debug.Assert(_outputCompletionDeferred);
+        _outputCompletionDeferred = false;
+        _output.Reader.Complete();
+        MaybeClose();
     }
 
     // ---- Ending -------------------------------------------------------------------------------
@@ -667,7 +672,10 @@ internal sealed class LinuxConnection : ConnectionContext,
                 {
                 }
 
-                connection._loop.Post(static s => ((LinuxConnection)s!).OnConnectionClosedCallbacksDone(), connection);
+                if (Interlocked.Exchange(ref connection._callbacksState, CallbacksDone) == CallbacksWaiting)
+                {
+                    connection._loop.Post(static s => ((LinuxConnection)s!).OnConnectionClosedCallbacksDone(), connection);
+                }
             }, this, preferLocal: false);
         }
     }
