@@ -39,20 +39,10 @@ public sealed class DispatchQueueTests : IDisposable
     {
         for (int round = 0; round < Rounds; round++)
         {
-            using var ran = new ManualResetEventSlim();
-            bool released = false;
-            using var done = new ManualResetEventSlim();
-            _loop.Post(_ => _loop.ApplicationScheduler.Schedule(_ =>
-            {
-                // The loop queued this batch and went on to sleep; post to it only once it sleeps.
-                WaitUntilLoopSleeps();
-                _loop.Post(_ => ran.Set(), null);
-                released = ran.Wait(Release);
-                done.Set();
-            }, null), null);
-
-            Assert.True(done.Wait(Release * 2), $"round {round}: the batch never finished");
-            Assert.True(released, $"round {round}: the loop slept through work posted by its own dispatch batch");
+            // The loop queues this batch and goes on to sleep; the batch posts to it only once it sleeps.
+            var outcome = new Outcome();
+            _loop.Post(_ => _loop.ApplicationScheduler.Schedule(WaitsForTheLoop(outcome, afterTheLoopSleeps: true), null), null);
+            AssertReleased(outcome, round, "the loop slept through work posted by its own dispatch batch");
         }
     }
 
@@ -61,19 +51,10 @@ public sealed class DispatchQueueTests : IDisposable
     {
         for (int round = 0; round < Rounds; round++)
         {
-            WaitUntilLoopSleeps();
-            using var ran = new ManualResetEventSlim();
-            bool released = false;
-            using var done = new ManualResetEventSlim();
-            _loop.ApplicationScheduler.Schedule(_ =>
-            {
-                _loop.Post(_ => ran.Set(), null);
-                released = ran.Wait(Release);
-                done.Set();
-            }, null);
-
-            Assert.True(done.Wait(Release * 2), $"round {round}: the batch never finished");
-            Assert.True(released, $"round {round}: the loop slept through work posted by a batch it had not queued");
+            Assert.True(LoopSleeps(), $"round {round}: the loop thread never went to sleep");
+            var outcome = new Outcome();
+            _loop.ApplicationScheduler.Schedule(WaitsForTheLoop(outcome, afterTheLoopSleeps: false), null);
+            AssertReleased(outcome, round, "the loop slept through work posted by a batch it had not queued");
         }
     }
 
@@ -82,51 +63,83 @@ public sealed class DispatchQueueTests : IDisposable
     {
         for (int round = 0; round < Rounds; round++)
         {
-            WaitUntilLoopSleeps();
-            using var blocked = new ManualResetEventSlim();
-            using var behind = new ManualResetEventSlim();
-            bool released = false;
-            using var done = new ManualResetEventSlim();
+            Assert.True(LoopSleeps(), $"round {round}: the loop thread never went to sleep");
+            var blocked = new ManualResetEventSlim();
+            var behind = new ManualResetEventSlim();
+            var outcome = new Outcome();
             _loop.ApplicationScheduler.Schedule(_ =>
             {
                 blocked.Set();
-                released = behind.Wait(Release);
-                done.Set();
+                outcome.Released = behind.Wait(Release);
+                outcome.Done.Set();
             }, null);
 
             // Queued behind the blocked continuation, in the same batch, by a thread that is neither
             // the loop nor the batch: only the loop's stall check can start a second drainer.
             Assert.True(blocked.Wait(Release), $"round {round}: the first continuation never ran");
             _loop.ApplicationScheduler.Schedule(_ => behind.Set(), null);
-
-            Assert.True(done.Wait(Release * 2), $"round {round}: the first continuation never finished");
-            Assert.True(released, $"round {round}: the continuation queued behind a blocked one never ran");
+            AssertReleased(outcome, round, "the continuation queued behind a blocked one never ran");
         }
     }
 
-    /// <summary>Waits until the loop thread is asleep in epoll_wait (nothing else runs on it here).</summary>
-    private void WaitUntilLoopSleeps()
+    /// <summary>
+    /// A continuation that posts to the loop and blocks its pool thread until the loop has run it.
+    /// It records what it saw instead of asserting: an exception on a dispatch-queue thread would take
+    /// the test host down rather than fail the test.
+    /// </summary>
+    private Action<object?> WaitsForTheLoop(Outcome outcome, bool afterTheLoopSleeps) => _ =>
     {
-        var stat = $"/proc/self/task/{WaitForThreadId()}/stat";
-        var deadline = Stopwatch.StartNew();
-        int asleep = 0;
-        while (asleep < 3)
-        {
-            Assert.True(deadline.Elapsed < Release, "the loop thread never went to sleep");
-            asleep = Affinity.IsThreadBlocked(stat) ? asleep + 1 : 0;
-            Thread.Sleep(1);
-        }
+        outcome.LoopSlept = !afterTheLoopSleeps || LoopSleeps();
+        var ran = new ManualResetEventSlim(); // not disposed: a late Set from the loop must not throw
+        _loop.Post(static s => ((ManualResetEventSlim)s!).Set(), ran);
+        outcome.Released = ran.Wait(Release);
+        outcome.Done.Set();
+    };
+
+    private static void AssertReleased(Outcome outcome, int round, string failure)
+    {
+        Assert.True(outcome.Done.Wait(Release * 2), $"round {round}: the continuation never finished");
+        Assert.True(outcome.LoopSlept, $"round {round}: the loop thread never went to sleep");
+        Assert.True(outcome.Released, $"round {round}: {failure}");
     }
 
-    private int WaitForThreadId()
+    /// <summary>True once the loop thread is asleep in epoll_wait (nothing else runs on it here).</summary>
+    private bool LoopSleeps()
     {
         var deadline = Stopwatch.StartNew();
         while (_loop.ThreadId == 0)
         {
-            Assert.True(deadline.Elapsed < Release, "the loop thread never started");
+            if (deadline.Elapsed > Release)
+            {
+                return false;
+            }
+
             Thread.Sleep(1);
         }
 
-        return _loop.ThreadId;
+        var stat = $"/proc/self/task/{_loop.ThreadId}/stat";
+        int asleep = 0;
+        while (asleep < 3)
+        {
+            if (deadline.Elapsed > Release)
+            {
+                return false;
+            }
+
+            asleep = Affinity.IsThreadBlocked(stat) ? asleep + 1 : 0;
+            Thread.Sleep(1);
+        }
+
+        return true;
+    }
+
+    /// <summary>What a continuation saw; written on its pool thread, read after <see cref="Done"/>.</summary>
+    private sealed class Outcome
+    {
+        public ManualResetEventSlim Done { get; } = new();
+
+        public bool LoopSlept { get; set; } = true;
+
+        public bool Released { get; set; }
     }
 }
