@@ -591,9 +591,9 @@ def write_markdown(out: Path, data: dict, charts: list[tuple[str, str]], chart_n
 
     lines += ["## Configurations", "",
               "| Configuration | Server command | Environment | Startup line |", "|---|---|---|---|"]
+    ran_main = any(m["phase"] == "main" for m in data["measurements"])
     for c in data["configs"]:
         env = " ".join(f"`{k}={v}`" for k, v in c["env"].items()) or "–"
-        ran_main = any(m["phase"] == "main" for m in data["measurements"])
         command = f"`{c['command']}`" if c.get("command") else (
             f"`{c['line']}`" + (" (did not start)" if ran_main else " (no main phase in this run)"))
         startup = f"`{c['startup_line']}`" if c.get("startup_line") else "–"
