@@ -15,9 +15,15 @@
 # live_mb is what is still reachable) and its own counters, into DIR/<transport>.csv.
 # benchmarks/Soak/report.py then writes DIR/soak.png and DIR/summary.md and applies the bounds.
 #
-# Bounds (per transport; "warm" is the sample at 20 s, or at 10 s with --minutes 1; "last" is the
-# last sample under load, at the end of the run; "quiet" is taken after the load stopped and every
-# client connection closed, waiting up to 10 s for the server to close its side):
+# Warm-up: before the N measured minutes, the same load runs unmeasured until the client has done
+# 20,000 requests and verified 2 GiB of bodies (60 s at most). RSS climbs until then while pools,
+# pipe buffers and GC budgets fill up: about 10 s on an idle 2-vCPU machine, but once, on a starved
+# CI machine, Sockets had done only 1.6 GiB after 50 s and its RSS rose 71 -> 130 MiB in a 1-minute
+# run measured from 10 s, with the live heap flat at 5.8 MiB.
+#
+# Bounds (per transport; "warm" is the sample at the end of the warm-up; "last" is the last sample
+# under load, at the end of the run; "quiet" is taken after the load stopped and every client
+# connection closed, waiting up to 10 s for the server to close its side):
 #   errors        0 client errors (unexpected status, checksum mismatch, timeout, connection failure
 #                 on a valid request, failed sample), 0 server 5xx / unhandled app exceptions, and
 #                 0 error-level (fail:/crit:) entries in the server log. Aborts, and bad input

@@ -21,7 +21,9 @@ namespace Soak;
 /// Requests that complete as they must count as <c>requests</c>; aborts, and bad input answered with
 /// a 4xx or a close, count as <c>expected</c>; anything else (an unexpected status, a checksum
 /// mismatch, a timeout, a connection failure on a valid request) is an <c>error</c>.
-/// Every <c>--sample-every</c> seconds the server process is sampled (/proc/PID/status, /proc/PID/fd,
+/// The load first runs unmeasured until 20,000 requests and 2 GiB of bodies are done (60 s at most),
+/// then one "warm" sample is taken and the measured <c>--seconds</c> start. Every
+/// <c>--sample-every</c> seconds the server process is sampled (/proc/PID/status, /proc/PID/fd,
 /// /_soak/stats) and one CSV row written.
 /// </summary>
 public sealed class SoakClient
@@ -30,6 +32,9 @@ public sealed class SoakClient
     private const int ChurnWorkers = 4;
     private const int LargeWorkers = 2;
     private const int MiB = 1024 * 1024;
+    private const long WarmupRequests = 20_000;
+    private const long WarmupBodyBytes = 2048L * MiB;
+    private static readonly TimeSpan s_warmupLimit = TimeSpan.FromSeconds(60);
     private static readonly TimeSpan s_smallTimeout = TimeSpan.FromSeconds(30);
     private static readonly TimeSpan s_largeTimeout = TimeSpan.FromSeconds(120);
     private static readonly TimeSpan s_pace = TimeSpan.FromMilliseconds(10);
@@ -124,16 +129,40 @@ public sealed class SoakClient
         workers.Add(Worker("abort", 300, AbortsAsync));
         workers.Add(Worker("bad", 400, BadInputAsync));
 
-        var serverGone = false;
-        for (var t = every; ; t = Math.Min(t + every, seconds))
+        // Warm-up, not measured: the server's pools, pipe buffers and GC budgets fill up while the load
+        // ramps, so RSS climbs for the first ~2 GiB of bodies (about 10 s on an idle 2-vCPU machine, but
+        // a minute on a starved one). The measured window starts once that much work is done.
+        var warmupReached = false;
+        while (clock.Elapsed < s_warmupLimit)
         {
-            var wait = TimeSpan.FromSeconds(t) - clock.Elapsed;
+            if (Interlocked.Read(ref _requests) >= WarmupRequests && Interlocked.Read(ref _bodyBytes) >= WarmupBodyBytes)
+            {
+                warmupReached = true;
+                break;
+            }
+
+            await Task.Delay(TimeSpan.FromMilliseconds(250), CancellationToken.None);
+        }
+
+        var warmAt = (int)Math.Ceiling(clock.Elapsed.TotalSeconds);
+        var pause = TimeSpan.FromSeconds(warmAt) - clock.Elapsed;
+        if (pause > TimeSpan.Zero)
+        {
+            await Task.Delay(pause, CancellationToken.None);
+        }
+
+        var warm = await SampleAsync("warm", warmAt);
+        var serverGone = warm is null;
+        await WriteAsync(csv, warm);
+        for (var t = every; !serverGone; t = Math.Min(t + every, seconds))
+        {
+            var wait = TimeSpan.FromSeconds(warmAt + t) - clock.Elapsed;
             if (wait > TimeSpan.Zero)
             {
                 await Task.Delay(wait, CancellationToken.None);
             }
 
-            var sample = await SampleAsync("load", t);
+            var sample = await SampleAsync("load", warmAt + t);
             if (sample is null)
             {
                 serverGone = true;
@@ -173,6 +202,8 @@ public sealed class SoakClient
         var summary = new Dictionary<string, object>
         {
             ["seconds"] = seconds,
+            ["warmup_s"] = warmAt,
+            ["warmup_reached"] = warmupReached,
             ["load_end_s"] = Math.Round(loadEnd, 1),
             ["requests"] = Interlocked.Read(ref _requests),
             ["errors"] = Interlocked.Read(ref _errors),
