@@ -3,7 +3,7 @@
 # given, in the same scenario, and summarizes where the samples fall (benchmarks/TraceAnalyzer).
 #
 #   ./benchmarks/trace.sh [--scenario plaintext16|json|plaintext|churn|PATH:DEPTH[:close]] [--connections 256]
-#                         [--seconds 10] [--warmup 5] [--out DIR] [--no-build]
+#                         [--seconds 10] [--warmup 30] [--out DIR] [--no-build]
 #                         NAME='sample args' [NAME='sample args' ...]
 #
 #   ./benchmarks/trace.sh --scenario plaintext16 linux='--transport linux' sockets='--transport sockets'
@@ -18,7 +18,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export DOTNET_CLI_TELEMETRY_OPTOUT=1 DOTNET_NOLOGO=1
 
-scenario=plaintext16 connections=256 seconds=10 warmup=5 out=artifacts/trace build=1
+scenario=plaintext16 connections=256 seconds=10 warmup=30 out=artifacts/trace build=1
 server_cpus=1 client_cpus=0 port=5077
 configs=()
 while (( $# > 0 )); do

@@ -550,6 +550,25 @@ class Runner:
                 return json.loads(line[len("WRK_RESULT "):]), shlex.join(argv), load_cpu
         return None, shlex.join(argv), load_cpu
 
+    def prime(self, url: str, scenarios: list[Scenario], total: float, cpus: str | None, threads: int) -> None:
+        """Warms a fresh server on every scenario it will be measured on, in turn, for `total` seconds.
+        .NET compiles a method three times (tier 0, an instrumented tier for dynamic PGO, tier 1) and
+        does the later tiers on a background thread that shares the server's pinned CPU: measured in
+        1-s windows, plaintext16-1024 fell from 71K to 39K req/s in the first ~10 s and reached its
+        205-212K plateau only after ~25 s (JSON-256: 24K, then ~50K from ~25 s). Every scenario
+        gets slices until the time is used (1-5 s each, at least twice round when there is time)."""
+        if total <= 0 or not scenarios:
+            return
+        slice_s = max(1, min(5, int(total // (2 * len(scenarios)))))
+        deadline = time.monotonic() + total
+        while time.monotonic() < deadline:
+            for scenario in scenarios:
+                left = deadline - time.monotonic()
+                if left < 0.5:
+                    return
+                self.check_interrupted()
+                self.run_wrk(url, scenario, min(slice_s, max(1, round(left))), cpus, threads)
+
     def measure(self, phase: str, config: str, scenario: Scenario, round_no: int, url: str,
                 procs: dict[str, Proc], warmup: float, cpus_load: str | None, wrk_threads: int,
                 server_cpu_count: int, extra: dict) -> bool:
@@ -668,7 +687,7 @@ class Runner:
             result = self.verify_server("main", config.name, target, paths, round_no, mode)
             if result is None:
                 return
-            first = True
+            runnable = []
             for scenario in todo:
                 state, reason = result.state(scenario.path)
                 if state == "missing":
@@ -679,10 +698,13 @@ class Runner:
                     self.event("main", config.name, "failed", "verification: " + reason, scenario.name,
                                round_no, mode)
                     continue
-                warm = self.args.warmup_first if first else self.args.warmup
-                first = False
+                runnable.append(scenario)
+            if config.kind != "ceiling":
+                self.prime(f"http://127.0.0.1:{port}", runnable, self.args.warmup_first, self.args.client_cpus,
+                           self.args.wrk_threads)
+            for scenario in runnable:
                 alive = self.measure("main", config.name, scenario, round_no, f"http://127.0.0.1:{port}",
-                                     {"server": started.proc}, warm, self.args.client_cpus,
+                                     {"server": started.proc}, self.args.warmup, self.args.client_cpus,
                                      self.args.wrk_threads, cpu_count(self.args.server_cpus),
                                      {"hosting": "direct", "threads": None})
                 if not alive:
@@ -735,7 +757,11 @@ class Runner:
                         continue
                     if self.verify_server("latency", config.name, target, CORE_PATHS, round_no, None) is None:
                         continue
-                    self.run_wrk(f"http://127.0.0.1:{port}", scenario, self.args.warmup_first,
+                    json_closed = Scenario("json-256", "JSON, 256 connections", "/json", 256)
+                    if config.kind != "ceiling":
+                        self.prime(f"http://127.0.0.1:{port}", [json_closed], self.args.warmup_first,
+                                   self.args.client_cpus, self.args.wrk_threads)
+                    self.run_wrk(f"http://127.0.0.1:{port}", json_closed, self.args.warmup,
                                  self.args.client_cpus, self.args.wrk_threads)
                     self.run_loadgen(config.name, scenario, round_no, port, started.proc)
                 finally:
@@ -839,12 +865,11 @@ class Runner:
             procs = {"server": started.proc}
             if proxy:
                 procs["proxy"] = proxy
-            first = True
+            self.prime(f"http://127.0.0.1:{front.port}", scenarios, self.args.warmup_first, self.args.client_cpus,
+                       self.args.wrk_threads)
             for scenario in scenarios:
-                warm = self.args.warmup_first if first else self.args.warmup
-                first = False
                 if not self.measure("hosting", config.name, scenario, round_no, f"http://127.0.0.1:{front.port}",
-                                    procs, warm, self.args.client_cpus, self.args.wrk_threads,
+                                    procs, self.args.warmup, self.args.client_cpus, self.args.wrk_threads,
                                     cpu_count(self.args.server_cpus), extra):
                     return
         finally:
@@ -932,8 +957,10 @@ class Runner:
                         continue
                     if self.verify_server("sweep", config.name, target, CORE_PATHS, round_no, None, extra) is None:
                         continue
+                    self.prime(f"http://127.0.0.1:{port}", [SWEEP_SCENARIO], self.args.warmup_first, cpus,
+                               cpu_count(cpus))
                     self.measure("sweep", config.name, SWEEP_SCENARIO, round_no, f"http://127.0.0.1:{port}",
-                                 {"server": started.proc}, self.args.warmup_first, cpus, cpu_count(cpus),
+                                 {"server": started.proc}, self.args.warmup, cpus, cpu_count(cpus),
                                  cpu_count(cpus), extra)
                 finally:
                     if started.proc:
@@ -1006,9 +1033,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--out", help="output directory (default artifacts/benchmarks/<timestamp>)")
     p.add_argument("--rounds", type=int, help="rounds per phase (default 5, --quick 2)")
     p.add_argument("--duration", type=int, help="measured window in whole seconds, as wrk takes them (default 3, --quick 2)")
-    p.add_argument("--warmup", type=int, help="warm-up before each further scenario on the same server "
-                   "(whole seconds; default 1 s)")
-    p.add_argument("--warmup-first", type=int, help="warm-up right after a server starts (whole seconds; default 2 s, --quick 1)")
+    p.add_argument("--warmup", type=int, help="warm-up right before each measured window, on the scenario "
+                   "measured (whole seconds; default 2 s, --quick 1)")
+    p.add_argument("--warmup-first", type=int, help="priming of a fresh .NET server: every scenario it will be "
+                   "measured on, in turn, until the JIT's tiers settle (seconds; default 30 s, --quick 1; "
+                   "the native ceiling is not primed)")
     p.add_argument("--latency-duration", type=float, help="open-loop measured window (default 4 s, --quick 2)")
     p.add_argument("--latency-rate", type=float, help="open-loop rate in req/s (default: half of the baseline's "
                    "median json-256 throughput; --quick 2000)")
@@ -1036,8 +1065,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args.rounds = args.rounds or (2 if quick else 5)
     # wrk's -d takes whole seconds ("2.5s" is a usage error), so every wrk window is an integer.
     args.duration = args.duration or (2 if quick else 3)
-    args.warmup = args.warmup if args.warmup is not None else 1
-    args.warmup_first = args.warmup_first if args.warmup_first is not None else (1 if quick else 2)
+    args.warmup = args.warmup if args.warmup is not None else (1 if quick else 2)
+    args.warmup_first = args.warmup_first if args.warmup_first is not None else (1 if quick else 30)
     args.latency_duration = args.latency_duration or (2.0 if quick else 4.0)
     args.wrk_threads = args.wrk_threads or cpu_count(args.client_cpus)
     args.phases = [x for x in args.phases.split(",") if x]
@@ -1078,22 +1107,20 @@ def estimate_seconds(args: argparse.Namespace, configs: list[Config]) -> float:
         for mode in ("middleware", "platform"):
             todo = [s for s in scenarios if s.mode == mode]
             if todo:
-                per_round += len(kestrel) * (start + args.warmup_first + (len(todo) - 1) * args.warmup
-                                             + len(todo) * window)
+                per_round += len(kestrel) * (start + args.warmup_first + len(todo) * (args.warmup + window))
         names = {s.name for s in scenarios}
         todo = [s for s in scenarios if s.ceiling_serves and (s.mode == "middleware" or s.twin not in names)]
         if todo:
-            per_round += len(ceilings) * (start + args.warmup_first + (len(todo) - 1) * args.warmup
-                                          + len(todo) * window)
+            per_round += len(ceilings) * (start + len(todo) * (args.warmup + window))
     if "latency" in args.phases:
-        per_round += len(configs) * (start + args.warmup_first + 1.0 + args.latency_duration + 0.3)
+        per_round += len(configs) * (start + args.warmup_first + args.warmup + 1.0 + args.latency_duration + 0.3)
     if "hosting" in args.phases:
         n = 1 if args.quick else len(HOSTING_SCENARIOS)
         setups = len(args.hosting) * len(args.hosting_transports)
-        per_round += setups * (start + 0.4 + args.warmup_first + (n - 1) * args.warmup + n * window)
+        per_round += setups * (start + 0.4 + args.warmup_first + n * (args.warmup + window))
     if "sweep" in args.phases:
         counts = 1 if args.quick else len(args.sweep_threads)
-        per_round += len(args.sweep_transports) * counts * (start + args.warmup_first + window)
+        per_round += len(args.sweep_transports) * counts * (start + args.warmup_first + args.warmup + window)
     return per_round * args.rounds
 
 

@@ -553,8 +553,9 @@ def write_markdown(out: Path, data: dict, charts: list[tuple[str, str]], chart_n
         + (" (dirty: uncommitted changes to tracked files)" if machine.get("git_dirty") else "") + " |",
         f"| Rounds | {meta.get('rounds')} per phase, configurations interleaved (order rotated each round); "
         "every server restarted each round |",
-        f"| Windows | {meta.get('duration_s'):g} s measured; warm-up {meta.get('warmup_first_s'):g} s on a fresh server, "
-        f"{meta.get('warmup_s'):g} s before each further scenario on it |",
+        f"| Windows | {meta.get('duration_s'):g} s measured; every fresh .NET server primed for "
+        f"{meta.get('warmup_first_s'):g} s on its scenarios in turn (so the JIT's tiers settle), then "
+        f"{meta.get('warmup_s'):g} s of warm-up on each scenario right before its window |",
         f"| Pinning | server (and proxy) on CPU {meta.get('server_cpus')}, load generator on CPU "
         f"{meta.get('client_cpus')} (wrk -t{meta.get('wrk_threads')}, loadgen); the ThreadCount sweep is unpinned |",
         f"| Run time | {elapsed // 60} min {elapsed % 60} s (planned estimate {meta.get('estimated_s', 0) // 60} min) |"
