@@ -10,7 +10,8 @@
 #
 # The trace is the runtime's own EventPipe, enabled by environment variables (no dotnet-trace needed):
 # the SampleProfiler provider (a stack of every managed thread about every millisecond) plus the runtime
-# provider's rundown for method names. The server runs pinned to --server-cpus (default 1), wrk to
+# provider's rundown for method names, and its GCAllocationTick events (one per ~100 KiB allocated,
+# with type and stack) for an allocation table of the same window. The server runs pinned to --server-cpus (default 1), wrk to
 # --client-cpus (default 0). The summary covers only the measured window (after the warm-up). Sampling
 # adds overhead of its own, the same for every configuration: compare shares, not absolute rates.
 # Output: DIR/NAME.nettrace, DIR/NAME.wrk.txt and DIR/summary.md.
@@ -91,7 +92,9 @@ for entry in "${configs[@]}"; do
     kill -TERM "$pid"
     wait "$pid" || true
     rps=$(awk '/^Requests\/sec/ {print $2}' "$out/$name.wrk.txt")
+    requests=$(awk '/requests in/ {print $1; exit}' "$out/$name.wrk.txt")
     echo "trace: $name: $rps req/s under tracing; samples from ${from%.*} s to ${to%.*} s"
-    dotnet "$analyzer" "$trace" --from "$from" --to "$to" --title "$name: \`${entry#*=}\` ($rps req/s while traced)" --out "$summary" > /dev/null
+    dotnet "$analyzer" "$trace" --from "$from" --to "$to" --title "$name: \`${entry#*=}\` ($rps req/s while traced)" \
+        --requests "${requests:-0}" --out "$summary" > /dev/null
 done
 echo "trace: wrote $summary"

@@ -2,6 +2,7 @@ using System.Globalization;
 using System.Text;
 using Microsoft.Diagnostics.Tracing;
 using Microsoft.Diagnostics.Tracing.Etlx;
+using Microsoft.Diagnostics.Tracing.Parsers.Clr;
 
 namespace Kestrel.Transport.Linux.TraceAnalyzer;
 
@@ -13,6 +14,9 @@ namespace Kestrel.Transport.Linux.TraceAnalyzer;
 /// "external" when it was in native code (a system call, the GC, or blocked). Blocked waits
 /// (epoll_wait, futex waits in the thread pool) are external samples at the waiting frame; they are
 /// reported apart as "idle" so that the CPU picture is the rest.
+/// The runtime's GCAllocationTick events (one about every 100 KiB allocated, with the type of the
+/// object that crossed the mark and the allocating stack) give the allocation picture of the same
+/// window: by type, and by the area of the innermost known allocating frame.
 /// </summary>
 internal static class Program
 {
@@ -40,7 +44,7 @@ internal static class Program
     {
         if (args.Length < 1 || args[0] is "-h" or "--help")
         {
-            Console.WriteLine("usage: TraceAnalyzer TRACE.nettrace [--from SECONDS] [--to SECONDS] [--top N] [--out FILE.md] [--title TEXT] [--callers FRAME-SUBSTRING]");
+            Console.WriteLine("usage: TraceAnalyzer TRACE.nettrace [--from SECONDS] [--to SECONDS] [--top N] [--out FILE.md] [--title TEXT] [--callers FRAME-SUBSTRING] [--requests N]");
             return args.Length < 1 ? 2 : 0;
         }
 
@@ -49,6 +53,7 @@ internal static class Program
         int top = 25;
         string? outPath = null;
         string? callersOf = null;
+        long requests = 0;
         string title = Path.GetFileNameWithoutExtension(path);
         for (int i = 1; i < args.Length; i++)
         {
@@ -60,6 +65,7 @@ internal static class Program
                 case "--out": outPath = args[++i]; break;
                 case "--title": title = args[++i]; break;
                 case "--callers": callersOf = args[++i]; break;
+                case "--requests": requests = long.Parse(args[++i], CultureInfo.InvariantCulture); break;
                 default:
                     Console.Error.WriteLine($"TraceAnalyzer: unknown argument '{args[i]}'");
                     return 2;
@@ -84,15 +90,29 @@ internal static class Program
         int busy = 0, idle = 0, gcSamples = 0;
         double first = double.MaxValue, last = 0;
 
+        var allocatedByType = new Dictionary<string, long>(StringComparer.Ordinal);
+        var allocatedByArea = new Dictionary<string, long>(StringComparer.Ordinal);
+        long allocated = 0;
         foreach (TraceEvent ev in log.Events)
         {
-            if (ev.ProviderName != "Microsoft-DotNETCore-SampleProfiler")
+            double t = ev.TimeStampRelativeMSec / 1000;
+            if (t < from || t > to)
             {
                 continue;
             }
 
-            double t = ev.TimeStampRelativeMSec / 1000;
-            if (t < from || t > to)
+            if (ev is GCAllocationTickTraceData tick)
+            {
+                long amount = tick.AllocationAmount64;
+                string type = string.IsNullOrEmpty(tick.TypeName) ? "(unknown type)" : tick.TypeName;
+                allocated += amount;
+                allocatedByType[type] = allocatedByType.GetValueOrDefault(type) + amount;
+                string site = AreaOf(Frames(ev.CallStack())) ?? "unresolved / native";
+                allocatedByArea[site] = allocatedByArea.GetValueOrDefault(site) + amount;
+                continue;
+            }
+
+            if (ev.ProviderName != "Microsoft-DotNETCore-SampleProfiler")
             {
                 continue;
             }
@@ -139,18 +159,7 @@ internal static class Program
                 gcSamples++;
             }
 
-            // The area is that of the innermost frame that belongs to a known area.
-            string area = "unresolved / native";
-            foreach (string frame in frames)
-            {
-                var match = s_areas.FirstOrDefault(a => a.Prefixes.Any(p => frame.StartsWith(p, StringComparison.Ordinal)));
-                if (match.Area is not null)
-                {
-                    area = match.Area;
-                    break;
-                }
-            }
-
+            string area = AreaOf(frames) ?? "unresolved / native";
             areas[area] = areas.GetValueOrDefault(area) + 1;
         }
 
@@ -180,6 +189,8 @@ internal static class Program
         {
             AppendTop(report, $"callers of {callersOf}", callerChains, busy, top);
         }
+
+        AppendAllocations(report, allocated, allocatedByType, allocatedByArea, requests, top);
         Console.Write(report.ToString());
         if (outPath is not null)
         {
@@ -188,6 +199,53 @@ internal static class Program
 
         File.Delete(etlx);
         return busy == 0 ? 1 : 0;
+    }
+
+    /// <summary>The area of the innermost frame that belongs to a known area, or null.</summary>
+    private static string? AreaOf(List<string> frames)
+    {
+        foreach (string frame in frames)
+        {
+            var match = s_areas.FirstOrDefault(a => a.Prefixes.Any(p => frame.StartsWith(p, StringComparison.Ordinal)));
+            if (match.Area is not null)
+            {
+                return match.Area;
+            }
+        }
+
+        return null;
+    }
+
+    private static void AppendAllocations(StringBuilder report, long allocated, Dictionary<string, long> byType,
+        Dictionary<string, long> byArea, long requests, int top)
+    {
+        report.AppendLine();
+        if (allocated == 0)
+        {
+            report.AppendLine("No GCAllocationTick event in the window (the trace was taken without the GC keyword at verbose level, or nothing allocated 100 KiB).");
+            return;
+        }
+
+        string perRequest = requests > 0
+            ? string.Create(CultureInfo.InvariantCulture, $", {(double)allocated / requests:F0} bytes per request over {requests:N0} requests")
+            : "";
+        report.AppendLine(CultureInfo.InvariantCulture,
+            $"Allocations (GCAllocationTick, one event per ~100 KiB, so each row is sampled): {allocated / 1048576.0:F1} MiB in the window{perRequest}.");
+        report.AppendLine();
+        report.AppendLine("| allocating area (innermost known frame) | bytes | share |");
+        report.AppendLine("| --- | ---: | ---: |");
+        foreach (var (area, bytes) in byArea.OrderByDescending(a => a.Value))
+        {
+            report.AppendLine(CultureInfo.InvariantCulture, $"| {area} | {bytes:N0} | {Share(bytes, allocated)} |");
+        }
+
+        report.AppendLine();
+        report.AppendLine("| type allocated | bytes | share |");
+        report.AppendLine("| --- | ---: | ---: |");
+        foreach (var (type, bytes) in byType.OrderByDescending(t => t.Value).Take(top))
+        {
+            report.AppendLine(CultureInfo.InvariantCulture, $"| `{Truncate(type, 200)}` | {bytes:N0} | {Share(bytes, allocated)} |");
+        }
     }
 
     private static void AppendTop(StringBuilder report, string heading, Dictionary<string, int> counts, int total, int top)
@@ -201,7 +259,7 @@ internal static class Program
         }
     }
 
-    private static string Share(int count, int total) => total == 0 ? "-" : (100.0 * count / total).ToString("F1", CultureInfo.InvariantCulture) + "%";
+    private static string Share(long count, long total) => total == 0 ? "-" : (100.0 * count / total).ToString("F1", CultureInfo.InvariantCulture) + "%";
 
     private static string Truncate(string s, int max) => s.Length <= max ? s : s[..(max - 1)] + "…";
 
