@@ -191,12 +191,15 @@ def selected_scenarios(args: argparse.Namespace) -> list[Scenario]:
     return main_scenarios(args.quick)
 
 
+# JSON over 256 keep-alive connections: the hosting phase's second scenario, the sweep's only one,
+# and what primes the latency phase's servers (closed loop, before the open-loop window).
+JSON_256 = Scenario("json-256", "JSON, 256 connections", "/json", 256)
 HOSTING_MODELS = ("direct", "nginx-tcp", "nginx-unix", "caddy", "caddy-unix")
 HOSTING_SCENARIOS = [
     Scenario("plaintext-256", "plaintext, 256 connections, no pipelining", "/plaintext", 256),
-    Scenario("json-256", "JSON, 256 connections", "/json", 256),
+    JSON_256,
 ]
-SWEEP_SCENARIO = Scenario("json-256", "JSON, 256 connections", "/json", 256)
+SWEEP_SCENARIO = JSON_256
 
 
 # ---- processes ------------------------------------------------------------------------------
@@ -757,11 +760,10 @@ class Runner:
                         continue
                     if self.verify_server("latency", config.name, target, CORE_PATHS, round_no, None) is None:
                         continue
-                    json_closed = Scenario("json-256", "JSON, 256 connections", "/json", 256)
                     if config.kind != "ceiling":
-                        self.prime(f"http://127.0.0.1:{port}", [json_closed], self.args.warmup_first,
+                        self.prime(f"http://127.0.0.1:{port}", [JSON_256], self.args.warmup_first,
                                    self.args.client_cpus, self.args.wrk_threads)
-                    self.run_wrk(f"http://127.0.0.1:{port}", json_closed, self.args.warmup,
+                    self.run_wrk(f"http://127.0.0.1:{port}", JSON_256, self.args.warmup,
                                  self.args.client_cpus, self.args.wrk_threads)
                     self.run_loadgen(config.name, scenario, round_no, port, started.proc)
                 finally:
