@@ -44,7 +44,7 @@ internal static class Program
     {
         if (args.Length < 1 || args[0] is "-h" or "--help")
         {
-            Console.WriteLine("usage: TraceAnalyzer TRACE.nettrace [--from SECONDS] [--to SECONDS] [--top N] [--out FILE.md] [--title TEXT] [--callers FRAME-SUBSTRING] [--requests N]");
+            Console.WriteLine("usage: TraceAnalyzer TRACE.nettrace [--from SECONDS] [--to SECONDS] [--top N] [--out FILE.md] [--title TEXT] [--callers FRAME-SUBSTRING] [--requests N] [--alloc-type TYPE]");
             return args.Length < 1 ? 2 : 0;
         }
 
@@ -54,6 +54,7 @@ internal static class Program
         string? outPath = null;
         string? callersOf = null;
         long requests = 0;
+        string? allocType = null;
         string title = Path.GetFileNameWithoutExtension(path);
         for (int i = 1; i < args.Length; i++)
         {
@@ -66,6 +67,7 @@ internal static class Program
                 case "--title": title = args[++i]; break;
                 case "--callers": callersOf = args[++i]; break;
                 case "--requests": requests = long.Parse(args[++i], CultureInfo.InvariantCulture); break;
+                case "--alloc-type": allocType = args[++i]; break;
                 default:
                     Console.Error.WriteLine($"TraceAnalyzer: unknown argument '{args[i]}'");
                     return 2;
@@ -92,6 +94,8 @@ internal static class Program
 
         var allocatedByType = new Dictionary<string, long>(StringComparer.Ordinal);
         var allocatedByArea = new Dictionary<string, long>(StringComparer.Ordinal);
+        var allocChains = new Dictionary<string, long>(StringComparer.Ordinal);
+        var jittedByTier = new Dictionary<string, long>(StringComparer.Ordinal);
         long allocated = 0;
         foreach (TraceEvent ev in log.Events)
         {
@@ -101,14 +105,28 @@ internal static class Program
                 continue;
             }
 
+            if (ev is MethodLoadUnloadVerboseTraceData jitted && ev.EventName.Contains("Load", StringComparison.Ordinal))
+            {
+                string tier = jitted.OptimizationTier.ToString();
+                jittedByTier[tier] = jittedByTier.GetValueOrDefault(tier) + 1;
+                continue;
+            }
+
             if (ev is GCAllocationTickTraceData tick)
             {
                 long amount = tick.AllocationAmount64;
                 string type = string.IsNullOrEmpty(tick.TypeName) ? "(unknown type)" : tick.TypeName;
                 allocated += amount;
                 allocatedByType[type] = allocatedByType.GetValueOrDefault(type) + amount;
-                string site = AreaOf(Frames(ev.CallStack())) ?? "unresolved / native";
+                var allocFrames = Frames(ev.CallStack());
+                string site = AreaOf(allocFrames) ?? "unresolved / native";
                 allocatedByArea[site] = allocatedByArea.GetValueOrDefault(site) + amount;
+                if (allocType is not null && type == allocType)
+                {
+                    string chain = string.Join(" <- ", allocFrames.Where(f => !f.StartsWith("?!", StringComparison.Ordinal)).Take(6).Select(f => Truncate(f, 90)));
+                    allocChains[chain] = allocChains.GetValueOrDefault(chain) + amount;
+                }
+
                 continue;
             }
 
@@ -191,6 +209,20 @@ internal static class Program
         }
 
         AppendAllocations(report, allocated, allocatedByType, allocatedByArea, requests, top);
+        report.AppendLine();
+        report.AppendLine("Methods compiled in the window, by the tier they were compiled for (a settled server compiles few): "
+            + (jittedByTier.Count == 0 ? "none." : string.Join(", ", jittedByTier.OrderByDescending(t => t.Value).Select(t => $"{t.Key} {t.Value}")) + "."));
+        if (allocType is not null)
+        {
+            report.AppendLine();
+            report.AppendLine(CultureInfo.InvariantCulture, $"| where `{allocType}` is allocated (innermost managed frames) | bytes | share |");
+            report.AppendLine("| --- | ---: | ---: |");
+            long ofType = allocChains.Values.Sum();
+            foreach (var (chain, bytes) in allocChains.OrderByDescending(c => c.Value).Take(top))
+            {
+                report.AppendLine(CultureInfo.InvariantCulture, $"| `{chain}` | {bytes:N0} | {Share(bytes, ofType)} |");
+            }
+        }
         Console.Write(report.ToString());
         if (outPath is not null)
         {
