@@ -1210,6 +1210,9 @@ def libuv_version(startup_line: str) -> str:
     return match.group(1) if match else ""
 
 
+STARVED_OTHER_LOAD = 0.5   # --quick: a window whose CPUs others took this much of proves nothing
+
+
 def quick_problems(runner: Runner, out: Path) -> list[str]:
     """What CI asserts: servers verified, no errors beyond tolerance, report files written."""
     problems = []
@@ -1225,10 +1228,16 @@ def quick_problems(runner: Runner, out: Path) -> list[str]:
         # request of a 2 s window can still be in flight when wrk stops): it fails the check only when
         # no other round of the same cell got an answer either. Errors always count.
         starved = m["requests"] == 0 and m["error_total"] == 0 and cell(m) in answered
-        if starved:
-            print(f"compare: note: {m['phase']} {m['config']} {m['scenario']} round {m['round']} got no answer "
-                  f"in its window (other load {m.get('other_cpu_util') or 0:.0%}); another round did", file=sys.stderr)
-        elif m["error_rate"] > ERROR_TOLERANCE or m["requests"] == 0:
+        # A window in which other processes or the hypervisor took at least half the benchmark's CPUs
+        # cannot judge a server by timeouts or silence either; wrong answers (status, parse) still fail.
+        wrong = sum(m["errors"].get(k, 0) for k in ("status", "parse"))
+        taken = (m.get("other_cpu_util") or 0) >= STARVED_OTHER_LOAD and wrong == 0
+        fails = m["error_rate"] > ERROR_TOLERANCE or m["requests"] == 0
+        if fails and (starved or taken):
+            print(f"compare: note: {m['phase']} {m['config']} {m['scenario']} round {m['round']}: "
+                  f"{m['requests']} answers, {m['error_total']} timeouts or resets in its window with "
+                  f"{m.get('other_cpu_util') or 0:.0%} of the CPUs taken by others; not counted", file=sys.stderr)
+        elif fails:
             problems.append(f"{m['phase']} {m['config']} {m['scenario']} round {m['round']}: "
                             f"{m['error_total']} errors in {m['requests']} requests {m['errors']}")
     if not runner.measurements:

@@ -199,8 +199,10 @@ def make_charts(out: Path, data: dict) -> tuple[list[tuple[str, str]], str]:
              lambda s: s.rps, lambda s: s.rps_min, lambda s: s.rps_max, "requests/s")
     bar_grid("cpu.png", "Server CPU µs per request by scenario (median over rounds; lower is better; "
              "hosting: Kestrel + proxy)", lambda s: s.cpu,
-             lambda s: min(r["cpu_us_per_request"] for r in s.rows if r.get("cpu_us_per_request") is not None),
-             lambda s: max(r["cpu_us_per_request"] for r in s.rows if r.get("cpu_us_per_request") is not None),
+             lambda s: min((r["cpu_us_per_request"] for r in s.rows if r.get("cpu_us_per_request") is not None),
+                           default=None),
+             lambda s: max((r["cpu_us_per_request"] for r in s.rows if r.get("cpu_us_per_request") is not None),
+                           default=None),
              "CPU µs / request")
 
     sweep = data["meta"].get("sweep")
