@@ -84,11 +84,11 @@ internal static class Program
         TraceLog.CreateFromEventPipeDataFile(path, etlx);
         using var log = new TraceLog(etlx);
 
-        var exclusive = new Dictionary<string, int>(StringComparer.Ordinal);
-        var inclusive = new Dictionary<string, int>(StringComparer.Ordinal);
-        var areas = new Dictionary<string, int>(StringComparer.Ordinal);
+        var exclusive = new Dictionary<string, long>(StringComparer.Ordinal);
+        var inclusive = new Dictionary<string, long>(StringComparer.Ordinal);
+        var areas = new Dictionary<string, long>(StringComparer.Ordinal);
         var threads = new Dictionary<string, (int Busy, int Idle)>(StringComparer.Ordinal);
-        var callerChains = new Dictionary<string, int>(StringComparer.Ordinal);
+        var callerChains = new Dictionary<string, long>(StringComparer.Ordinal);
         int busy = 0, idle = 0, gcSamples = 0;
         double first = double.MaxValue, last = 0;
 
@@ -186,12 +186,7 @@ internal static class Program
         report.AppendLine();
         report.AppendLine(CultureInfo.InvariantCulture, $"Samples {first:F1}-{last:F1} s: {busy} busy, {idle} idle (blocked in epoll/futex waits; left out below).");
         report.AppendLine();
-        report.AppendLine("| area (innermost known frame) | busy samples | share |");
-        report.AppendLine("| --- | ---: | ---: |");
-        foreach (var (area, count) in areas.OrderByDescending(a => a.Value))
-        {
-            report.AppendLine(CultureInfo.InvariantCulture, $"| {area} | {count} | {Share(count, busy)} |");
-        }
+        AppendTable(report, "area (innermost known frame)", "busy samples", areas, busy, int.MaxValue, area => area);
 
         report.AppendLine();
         report.AppendLine("| thread | busy | idle |");
@@ -215,13 +210,8 @@ internal static class Program
         if (allocType is not null)
         {
             report.AppendLine();
-            report.AppendLine(CultureInfo.InvariantCulture, $"| where `{allocType}` is allocated (innermost managed frames) | bytes | share |");
-            report.AppendLine("| --- | ---: | ---: |");
-            long ofType = allocChains.Values.Sum();
-            foreach (var (chain, bytes) in allocChains.OrderByDescending(c => c.Value).Take(top))
-            {
-                report.AppendLine(CultureInfo.InvariantCulture, $"| `{chain}` | {bytes:N0} | {Share(bytes, ofType)} |");
-            }
+            AppendTable(report, $"where `{allocType}` is allocated (innermost managed frames)", "bytes", allocChains,
+                allocChains.Values.Sum(), top, chain => $"`{chain}`", "N0");
         }
         Console.Write(report.ToString());
         if (outPath is not null)
@@ -264,30 +254,26 @@ internal static class Program
         report.AppendLine(CultureInfo.InvariantCulture,
             $"Allocations (GCAllocationTick, one event per ~100 KiB, so each row is sampled): {allocated / 1048576.0:F1} MiB in the window{perRequest}.");
         report.AppendLine();
-        report.AppendLine("| allocating area (innermost known frame) | bytes | share |");
-        report.AppendLine("| --- | ---: | ---: |");
-        foreach (var (area, bytes) in byArea.OrderByDescending(a => a.Value))
-        {
-            report.AppendLine(CultureInfo.InvariantCulture, $"| {area} | {bytes:N0} | {Share(bytes, allocated)} |");
-        }
-
+        AppendTable(report, "allocating area (innermost known frame)", "bytes", byArea, allocated, int.MaxValue, area => area, "N0");
         report.AppendLine();
-        report.AppendLine("| type allocated | bytes | share |");
-        report.AppendLine("| --- | ---: | ---: |");
-        foreach (var (type, bytes) in byType.OrderByDescending(t => t.Value).Take(top))
-        {
-            report.AppendLine(CultureInfo.InvariantCulture, $"| `{Truncate(type, 200)}` | {bytes:N0} | {Share(bytes, allocated)} |");
-        }
+        AppendTable(report, "type allocated", "bytes", byType, allocated, top, type => $"`{Truncate(type, 200)}`", "N0");
     }
 
-    private static void AppendTop(StringBuilder report, string heading, Dictionary<string, int> counts, int total, int top)
+    private static void AppendTop(StringBuilder report, string heading, Dictionary<string, long> counts, long total, int top)
     {
         report.AppendLine();
-        report.AppendLine(CultureInfo.InvariantCulture, $"| top frames, {heading} | samples | share |");
+        AppendTable(report, $"top frames, {heading}", "samples", counts, total, top, frame => $"`{Truncate(frame, 480)}`");
+    }
+
+    /// <summary>A markdown table of the <paramref name="top"/> largest counts: label, count, share of the total.</summary>
+    private static void AppendTable(StringBuilder report, string heading, string unit, Dictionary<string, long> counts,
+        long total, int top, Func<string, string> label, string format = "0")
+    {
+        report.AppendLine(CultureInfo.InvariantCulture, $"| {heading} | {unit} | share |");
         report.AppendLine("| --- | ---: | ---: |");
-        foreach (var (frame, count) in counts.OrderByDescending(c => c.Value).Take(top))
+        foreach (var (key, count) in counts.OrderByDescending(c => c.Value).Take(top))
         {
-            report.AppendLine(CultureInfo.InvariantCulture, $"| `{Truncate(frame, 480)}` | {count} | {Share(count, total)} |");
+            report.AppendLine(CultureInfo.InvariantCulture, $"| {label(key)} | {count.ToString(format, CultureInfo.InvariantCulture)} | {Share(count, total)} |");
         }
     }
 
