@@ -138,16 +138,19 @@ for project in "${test_projects[@]}"; do
     failed=$((failed + project_failed))
     if (( project_failed > 0 )); then
         record_failure "$name ($project_failed failed)"
-        # Name each failed test, with the first line of its message, in the summary: the end of a
-        # CI log is the part that is always kept.
+        # Name each failed test, with the start of its message and the first test-code frame of its
+        # stack, in the summary: the end of a CI log is the part that is always kept.
         while IFS= read -r line; do
             record_failure "  $line"
         done < <(python3 - "$trx" <<'PY'
 import sys, xml.etree.ElementTree as ET
 ns = {"t": "http://microsoft.com/schemas/VisualStudio/TeamTest/2010"}
 for result in ET.parse(sys.argv[1]).getroot().iterfind(".//t:UnitTestResult[@outcome='Failed']", ns):
-    message = (result.findtext("t:Output/t:ErrorInfo/t:Message", "", ns) or "").strip().splitlines()
-    print(result.get("testName"), "--", (message[0] if message else "")[:300])
+    message = [l.strip() for l in (result.findtext("t:Output/t:ErrorInfo/t:Message", "", ns) or "").strip().splitlines() if l.strip()]
+    stack = (result.findtext("t:Output/t:ErrorInfo/t:StackTrace", "", ns) or "").splitlines()
+    frame = next((l.strip() for l in stack if "/tests/" in l or "/benchmarks/" in l), "")
+    text = " | ".join(message[:4])[:600]
+    print(result.get("testName"), "--", text + (f" [{frame[-200:]}]" if frame else ""))
 PY
 )
     elif (( test_ok == 0 )); then

@@ -29,9 +29,19 @@ internal sealed class LogRecorder : ILoggerProvider
     /// <summary>Fails when anything was recorded, except entries <paramref name="expected"/> accepts (say why at the call).</summary>
     public void AssertNone(string when, Func<string, bool>? expected = null)
     {
-        var entries = _entries.Where(e => expected is null || !expected(e)).ToList();
+        var entries = _entries.Where(e => !IsSocketsTransportDisposeRace(e) && (expected is null || !expected(e))).ToList();
         Assert.True(entries.Count == 0, $"{when}: {entries.Count} error(s) or ObjectDisposedException(s) were logged:{Environment.NewLine}{string.Join(Environment.NewLine, entries.Take(10))}");
     }
+
+    /// <summary>
+    /// Kestrel's own Sockets transport, the reference these tests also run against, now and then logs a
+    /// receive on a socket it has just disposed itself (at Debug, as "communication error", event 14) when a
+    /// client resets under load. Seen on a CPU-starved machine in ClientResetTests. It is that transport's
+    /// race, not ours: only its category is excused, so nothing this library logs can hide behind it.
+    /// </summary>
+    private static bool IsSocketsTransportDisposeRace(string entry)
+        => entry.StartsWith("[Debug] Microsoft.AspNetCore.Server.Kestrel.Transport.Sockets[14]: ", StringComparison.Ordinal)
+            && entry.Contains(nameof(ObjectDisposedException), StringComparison.Ordinal);
 
     public ILogger CreateLogger(string categoryName) => new Recorder(this, categoryName);
 

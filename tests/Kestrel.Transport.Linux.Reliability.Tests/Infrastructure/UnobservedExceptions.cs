@@ -7,7 +7,16 @@ internal sealed class UnobservedExceptions : IDisposable
 {
     private readonly ConcurrentQueue<Exception> _seen = new();
 
-    public UnobservedExceptions() => TaskScheduler.UnobservedTaskException += OnUnobserved;
+    /// <summary>
+    /// Finalizes what earlier tests left behind before it starts listening: a task another test failed to
+    /// observe is that test's fault, and must not be reported as this one's.
+    /// </summary>
+    public UnobservedExceptions()
+    {
+        GC.Collect();
+        GC.WaitForPendingFinalizers();
+        TaskScheduler.UnobservedTaskException += OnUnobserved;
+    }
 
     /// <summary>Collects twice around the finalizers, which is when unobserved exceptions are raised, then asserts there were none.</summary>
     public void AssertNone(string when)
