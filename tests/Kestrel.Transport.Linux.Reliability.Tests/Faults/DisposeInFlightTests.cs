@@ -39,13 +39,13 @@ public sealed class DisposeInFlightTests(ITestOutputHelper output)
         using var unobserved = new UnobservedExceptions();
         await RunCycleAsync(kind, warmUp: false);
 
-        var leaked = NewDescriptors(descriptorsBefore);
+        var leaked = ProcessResources.NewDescriptorsExceptRuntimeImages(descriptorsBefore);
         var lingering = ProcessResources.NewThreads(threadsBefore, ProcessResources.Threads());
         var settle = Stopwatch.StartNew();
         while ((leaked.Count > 0 || lingering.Count > 0) && settle.Elapsed < TestTimeouts.ThreadExit)
         {
             await Task.Delay(50);
-            leaked = NewDescriptors(descriptorsBefore);
+            leaked = ProcessResources.NewDescriptorsExceptRuntimeImages(descriptorsBefore);
             lingering = ProcessResources.NewThreads(threadsBefore, ProcessResources.Threads());
         }
 
@@ -156,10 +156,4 @@ public sealed class DisposeInFlightTests(ITestOutputHelper output)
             await host.DisposeAsync();
         }
     }
-
-    // Assembly images the runtime opens once per process on first use are not the host's descriptors.
-    private static List<string> NewDescriptors(Dictionary<int, string> before)
-        => ProcessResources.NewDescriptors(before, ProcessResources.OpenFileDescriptors())
-            .Where(d => !d.EndsWith(".dll", StringComparison.Ordinal))
-            .ToList();
 }

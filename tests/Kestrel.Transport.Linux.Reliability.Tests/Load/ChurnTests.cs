@@ -53,33 +53,23 @@ public sealed class ChurnTests(ITestOutputHelper output)
         await RunCyclesAsync(host, Cycles);
         var elapsed = stopwatch.Elapsed;
 
-        var leaked = NewDescriptors(descriptorsBefore);
+        var leaked = ProcessResources.NewDescriptorsExceptRuntimeImages(descriptorsBefore);
         var settle = Stopwatch.StartNew();
         while (leaked.Count > 0 && settle.Elapsed < s_settle)
         {
             await Task.Delay(100);
-            leaked = NewDescriptors(descriptorsBefore);
+            leaked = ProcessResources.NewDescriptorsExceptRuntimeImages(descriptorsBefore);
         }
 
         var newThreads = ProcessResources.NewThreads(threadsBefore, ProcessResources.Threads());
         var rssAfter = ProcessMemory.SettledRss();
-        Figures.Report(output, "Churn", kind, $"{Cycles} connect-request-close cycles in {elapsed.TotalSeconds:F1} s ({Cycles / elapsed.TotalSeconds:F0}/s, {Workers} client tasks, 2 loops/IO queues); descriptors {descriptorsBefore.Count} before, {ProcessResources.OpenFileDescriptors().Count} after ({leaked.Count} new other than assembly images, settled in {settle.Elapsed.TotalSeconds:F1} s); threads {threadsBefore.Count} before, {ProcessResources.ThreadCount()} after ({newThreads.Count} not from the runtime's pools); RSS {rssBefore / ProcessMemory.MiB} MiB before, {rssAfter / ProcessMemory.MiB} MiB after");
+        Figures.Report(output, "Churn", kind, $"{Cycles} connect-request-close cycles in {elapsed.TotalSeconds:F1} s ({Cycles / elapsed.TotalSeconds:F0}/s, {Workers} client tasks, 2 loops/IO queues); descriptors {descriptorsBefore.Count} before, {ProcessResources.OpenFileDescriptors().Count} after ({leaked.Count} new other than assembly and symbol files, settled in {settle.Elapsed.TotalSeconds:F1} s); threads {threadsBefore.Count} before, {ProcessResources.ThreadCount()} after ({newThreads.Count} not from the runtime's pools); RSS {rssBefore / ProcessMemory.MiB} MiB before, {rssAfter / ProcessMemory.MiB} MiB after");
 
         Assert.True(leaked.Count == 0, $"{leaked.Count} descriptor(s) opened during the churn are still open {s_settle.TotalSeconds} s after it ended (must be exactly back to the {descriptorsBefore.Count} before):{Environment.NewLine}{string.Join(Environment.NewLine, leaked.Take(20))}");
         Assert.True(newThreads.Count == 0, $"Threads started during the churn that are not the runtime's pool threads (the pools may grow and shrink; nothing else may appear): {string.Join(", ", newThreads)}");
         Assert.True(rssAfter <= rssBefore + RssMargin, $"RSS grew from {rssBefore / ProcessMemory.MiB} MiB to {rssAfter / ProcessMemory.MiB} MiB over the churn; the margin is {RssMargin / ProcessMemory.MiB} MiB.");
         await host.StopAsync();
     }
-
-    /// <summary>
-    /// New descriptors, except assembly images: the runtime opens a framework assembly the first time some
-    /// code path needs it and keeps it open for the life of the process (System.Net.NameResolution.dll
-    /// appeared during one churn), which is neither the transport's doing nor a leak.
-    /// </summary>
-    private static List<string> NewDescriptors(Dictionary<int, string> before)
-        => ProcessResources.NewDescriptors(before, ProcessResources.OpenFileDescriptors())
-            .Where(d => !d.EndsWith(".dll", StringComparison.Ordinal))
-            .ToList();
 
     private static async Task RunCyclesAsync(TestHost host, int cycles)
     {

@@ -43,6 +43,17 @@ internal static class ProcessResources
             .Select(fd => $"{fd.Key} -> {fd.Value}")
             .ToList();
 
+    /// <summary>
+    /// New descriptors since <paramref name="baseline"/>, except files the runtime opens once per process and
+    /// keeps: assembly images (a framework assembly the first time a code path needs it, e.g.
+    /// System.Net.NameResolution.dll during one churn) and symbol files (the first time it formats a stack
+    /// trace with line numbers, e.g. for a logged exception). Neither is the transport's doing nor a leak.
+    /// </summary>
+    public static List<string> NewDescriptorsExceptRuntimeImages(Dictionary<int, string> baseline)
+        => NewDescriptors(baseline, OpenFileDescriptors())
+            .Where(d => !d.EndsWith(".dll", StringComparison.Ordinal) && !d.EndsWith(".pdb", StringComparison.Ordinal))
+            .ToList();
+
     /// <summary>Live threads as (tid, name).</summary>
     public static Dictionary<int, string> Threads()
     {
