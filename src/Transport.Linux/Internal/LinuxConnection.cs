@@ -559,9 +559,10 @@ internal sealed class LinuxConnection : ConnectionContext,
     /// Completes the transport's reader of the app's output. As the Sockets transport does, the app's
     /// output learns only of unexpected errors: after a reset or an abort its flushes report completion,
     /// not an exception (which Kestrel would log as unexpected). And it learns of it only after the
-    /// ConnectionClosed callbacks have run, so Kestrel has aborted the request (RequestAborted) before
-    /// any flush of the app can return as if the response had gone out; until then backpressure holds
-    /// the app's writes.
+    /// ConnectionClosed callbacks have run, so Kestrel has aborted the request before any flush of the
+    /// app can return as if the response had gone out; until then backpressure holds the app's writes.
+    /// Kestrel then discards further writes, and fires RequestAborted from a thread-pool work item of
+    /// its own, which may run after the app's remaining writes have returned (on Sockets too).
     /// </summary>
     private void CompleteOutput(Exception? error)
     {
