@@ -575,7 +575,33 @@ class Runner:
     def measure(self, phase: str, config: str, scenario: Scenario, round_no: int, url: str,
                 procs: dict[str, Proc], warmup: float, cpus_load: str | None, wrk_threads: int,
                 server_cpu_count: int, extra: dict) -> bool:
-        """Warm-up, then one measured window. Returns False when the server died."""
+        """Warm-up, then one measured window; measured again (warm-up included) while other processes took
+        at least DISTURBED_OTHER_LOAD of the benchmark's CPUs, up to --remeasure more times, keeping the
+        least disturbed window. Returns False when the server died."""
+        best: dict | None = None
+        attempts = 0
+        while True:
+            attempts += 1
+            alive, record = self.window(phase, config, scenario, round_no, url, procs, warmup, cpus_load,
+                                        wrk_threads, server_cpu_count, extra)
+            if record is None:
+                if best is None:
+                    return alive
+                break                       # keep the disturbed window rather than none
+            other = record.get("other_cpu_util") or 0.0
+            if best is None or other < (best.get("other_cpu_util") or 0.0):
+                best = record
+            if other < DISTURBED_OTHER_LOAD or attempts > self.args.remeasure or not alive:
+                break
+            self.log(f"    {'':26} {'':26} others took {other:.0%} of the CPUs: measured again")
+        best["attempts"] = attempts
+        self.measurements.append(best)
+        return alive
+
+    def window(self, phase: str, config: str, scenario: Scenario, round_no: int, url: str,
+               procs: dict[str, Proc], warmup: float, cpus_load: str | None, wrk_threads: int,
+               server_cpu_count: int, extra: dict) -> tuple[bool, dict | None]:
+        """Warm-up, then one measured window: (server still alive, the window's record or None)."""
         self.check_interrupted()
         if warmup > 0:
             self.run_wrk(url, scenario, warmup, cpus_load, wrk_threads)
@@ -583,7 +609,7 @@ class Runner:
             if not proc.alive():
                 self.event(phase, config, "failed", f"{name} died during warm-up: {proc.log_text()[-300:]}",
                            scenario.name, round_no, scenario.mode, extra)
-                return False
+                return False, None
         cpu_before = {name: proc.cpu_seconds() for name, proc in procs.items()}
         busy_before = cpu_busy_seconds(self.bench_cpus)
         counter = PerfStat(procs["server"].pid) if self.args.perf_stat and "server" in procs else None
@@ -597,7 +623,8 @@ class Runner:
         if result is None or died:
             reason = f"{', '.join(died)} died during the measurement" if died else "wrk produced no result"
             self.event(phase, config, "failed", reason, scenario.name, round_no, scenario.mode, extra)
-            return not died
+            return not died, None
+
         requests = result["requests"]
         duration_s = result["duration_us"] / 1e6
         errors = result["errors"]
@@ -621,7 +648,6 @@ class Runner:
             for event, key in PerfStat.EVENTS.items():
                 record[key] = counts[event] / requests if requests and event in counts else None
         record.update(extra)
-        self.measurements.append(record)
         flag = f"  ERRORS {errors}" if error_total else ""
         cpu_text = f"{record['cpu_us_per_request']:.1f} us/req" if requests else "-"
         if counter and requests:
@@ -629,8 +655,10 @@ class Runner:
                                 if record.get(key) is not None)
         label = config + (f" @{extra['hosting']}" if extra.get("hosting", "direct") != "direct" else "") + (
             f" threads={extra['threads']}" if extra.get("threads") else "")
-        self.log(f"    {label:26} {scenario.name:26} {record['rps']:11.0f} req/s  {cpu_text}{flag}")
-        return True
+        other = record["other_cpu_util"]
+        other_text = f"  (others {other:.0%})" if other and other >= DISTURBED_OTHER_LOAD else ""
+        self.log(f"    {label:26} {scenario.name:26} {record['rps']:11.0f} req/s  {cpu_text}{flag}{other_text}")
+        return True, record
 
     # -- phases --
 
@@ -1058,6 +1086,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--hosting-transports", default="linux,sockets")
     p.add_argument("--sweep-transports", default="linux,sockets,libuv")
     p.add_argument("--sweep-threads", default="1,2,4")
+    p.add_argument("--remeasure", type=int,
+                   help="measure a window again when others took >= 10%% of the benchmark's CPUs during it, up to "
+                        "this many more times, keeping the least disturbed (default 2, --quick 0)")
     p.add_argument("--perf-stat", action="store_true",
                    help="also count the server's context switches and system calls in each measured window "
                         "(`perf stat -p`; needs perf and root or kernel.perf_event_paranoid <= 0)")
@@ -1070,6 +1101,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args.warmup = args.warmup if args.warmup is not None else (1 if quick else 2)
     args.warmup_first = args.warmup_first if args.warmup_first is not None else (1 if quick else 30)
     args.latency_duration = args.latency_duration or (2.0 if quick else 4.0)
+    args.remeasure = args.remeasure if args.remeasure is not None else (0 if quick else 2)
     args.wrk_threads = args.wrk_threads or cpu_count(args.client_cpus)
     args.phases = [x for x in args.phases.split(",") if x]
     args.scenarios = set(args.scenarios.split(",")) if args.scenarios else None
@@ -1161,6 +1193,7 @@ def main(argv: list[str]) -> int:
         "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
         "command": shlex.join([os.environ.get("COMPARE_INVOCATION", "benchmarks/lib/compare.py")] + argv),
         "quick": args.quick, "rounds": args.rounds, "duration_s": args.duration, "warmup_s": args.warmup,
+        "remeasure": args.remeasure, "disturbed_other_load": DISTURBED_OTHER_LOAD,
         "warmup_first_s": args.warmup_first, "server_cpus": args.server_cpus, "client_cpus": args.client_cpus,
         "wrk_threads": args.wrk_threads, "baseline": args.baseline, "phases": args.phases,
         "estimated_s": round(estimate), "error_tolerance": ERROR_TOLERANCE,
@@ -1210,6 +1243,11 @@ def libuv_version(startup_line: str) -> str:
     return match.group(1) if match else ""
 
 
+# A window in which other processes took this share of the benchmark's CPUs (hypervisor steal shows up here
+# too) is measured again, up to --remeasure times. On this shared machine such windows came in runs: in one
+# 5-round run Sockets' windows had 28-73% taken in rounds 3-5 and 0% in rounds 1-2, which moved its median
+# by 2.4x and turned a 0.83x for linux into a 1.82x.
+DISTURBED_OTHER_LOAD = 0.10
 STARVED_OTHER_LOAD = 0.5   # --quick: a window whose CPUs others took this much of proves nothing
 
 

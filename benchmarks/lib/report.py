@@ -530,6 +530,17 @@ def targets_section(data: dict) -> list[str]:
     return lines
 
 
+def remeasured_text(meta: dict, results: list[dict]) -> str:
+    """The Windows row's note on windows measured again because other processes took the CPUs."""
+    if not meta.get("remeasure"):
+        return ""
+    windows = [m for m in results if "attempts" in m]
+    again = [m for m in windows if m["attempts"] > 1]
+    share = meta.get("disturbed_other_load", 0.1)
+    return (f"; a window in which others took ≥ {share:.0%} of the benchmark's CPUs was measured again, up to "
+            f"{meta['remeasure']} more times, keeping the least disturbed ({len(again)} of {len(windows)} windows)")
+
+
 def write_markdown(out: Path, data: dict, charts: list[tuple[str, str]], chart_note: str) -> None:
     meta = data["meta"]
     machine = meta.get("machine", {})
@@ -557,7 +568,8 @@ def write_markdown(out: Path, data: dict, charts: list[tuple[str, str]], chart_n
         "every server restarted each round |",
         f"| Windows | {meta.get('duration_s'):g} s measured; every fresh .NET server primed for "
         f"{meta.get('warmup_first_s'):g} s on its scenarios in turn (so the JIT's tiers settle), then "
-        f"{meta.get('warmup_s'):g} s of warm-up on each scenario right before its window |",
+        f"{meta.get('warmup_s'):g} s of warm-up on each scenario right before its window"
+        + remeasured_text(meta, data["measurements"]) + " |",
         f"| Pinning | server (and proxy) on CPU {meta.get('server_cpus')}, load generator on CPU "
         f"{meta.get('client_cpus')} (wrk -t{meta.get('wrk_threads')}, loadgen); the ThreadCount sweep is unpinned |",
         f"| Run time | {elapsed // 60} min {elapsed % 60} s (planned estimate {meta.get('estimated_s', 0) // 60} min) |"
