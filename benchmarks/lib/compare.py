@@ -1245,8 +1245,8 @@ def libuv_version(startup_line: str) -> str:
 
 # A window in which other processes took this share of the benchmark's CPUs (hypervisor steal shows up here
 # too) is measured again, up to --remeasure times. On this shared machine such windows came in runs: in one
-# 5-round run Sockets' windows had 28-73% taken in rounds 3-5 and 0% in rounds 1-2, which moved its median
-# by 2.4x and turned a 0.83x for linux into a 1.82x.
+# 5-round run Sockets' plaintext16-256 windows had 28-38% taken in rounds 3-5 and 0% in rounds 1-2, which
+# moved its median by 2.4x and turned a 0.83x for linux into a 1.82x.
 DISTURBED_OTHER_LOAD = 0.10
 STARVED_OTHER_LOAD = 0.5   # --quick: a window whose CPUs others took this much of proves nothing
 
