@@ -579,24 +579,19 @@ class Runner:
         at least DISTURBED_OTHER_LOAD of the benchmark's CPUs, up to --remeasure more times, keeping the
         least disturbed window. Returns False when the server died."""
         best: dict | None = None
-        attempts = 0
-        while True:
-            attempts += 1
+        for attempt in range(1, self.args.remeasure + 2):
             alive, record = self.window(phase, config, scenario, round_no, url, procs, warmup, cpus_load,
                                         wrk_threads, server_cpu_count, extra)
             if record is None:
-                if best is None:
-                    return alive
-                break                       # keep the disturbed window rather than none
-            other = record.get("other_cpu_util") or 0.0
-            if best is None or other < (best.get("other_cpu_util") or 0.0):
+                return alive                # the attempt failed; window() recorded why, and that is the outcome
+            if best is None or (record["other_cpu_util"] or 0.0) < (best["other_cpu_util"] or 0.0):
                 best = record
-            if other < DISTURBED_OTHER_LOAD or attempts > self.args.remeasure or not alive:
+            if (record["other_cpu_util"] or 0.0) < DISTURBED_OTHER_LOAD or attempt > self.args.remeasure:
                 break
-            self.log(f"    {'':26} {'':26} others took {other:.0%} of the CPUs: measured again")
-        best["attempts"] = attempts
+            self.log(f"    {'':26} {'':26} others took {record['other_cpu_util']:.0%} of the CPUs: measured again")
+        best["attempts"] = attempt
         self.measurements.append(best)
-        return alive
+        return True
 
     def window(self, phase: str, config: str, scenario: Scenario, round_no: int, url: str,
                procs: dict[str, Proc], warmup: float, cpus_load: str | None, wrk_threads: int,
