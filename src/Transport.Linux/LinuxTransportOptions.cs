@@ -32,6 +32,18 @@ public sealed class LinuxTransportOptions
     public bool DeferSend { get; set; } = true;
 
     /// <summary>
+    /// With <see cref="ApplicationSchedulingMode.ThreadPool"/> scheduling, the thread-pool thread whose
+    /// continuation flushed a connection's output sends it itself, with one sendmsg as soon as that
+    /// continuation returns (so everything it flushed goes out together), instead of handing it back to
+    /// the event loop for the end of the loop's next pass. That saves a hand-off between threads, and a
+    /// loop wake-up, per response. A send the socket cannot take whole goes back to the loop, which
+    /// waits for EPOLLOUT. When true, <see cref="DeferSend"/> and <see cref="AioSend"/> apply only to the
+    /// sends the loop still makes. Ignored with <see cref="ApplicationSchedulingMode.Inline"/> scheduling,
+    /// where the app already runs on the loop. Default: true.
+    /// </summary>
+    public bool SendFromThreadPool { get; set; } = true;
+
+    /// <summary>
     /// Submit each pass's receives as one Linux AIO <c>io_submit</c> (IOCB_CMD_PREADV) instead of one
     /// readv per socket. Falls back to readv, logged once, when <c>io_setup</c> fails
     /// (for example when <c>fs.aio-max-nr</c> is exhausted). Default: false.
@@ -80,6 +92,18 @@ public sealed class LinuxTransportOptions
     /// processes share them. Default: false.
     /// </summary>
     public bool CpuAffinity { get; set; }
+
+    /// <summary>
+    /// Run the event-loop threads under the SCHED_BATCH policy (sched(7)): same priority, but a loop that
+    /// wakes up (a socket became readable) does not preempt the thread running on its CPU; it runs when
+    /// that thread blocks, yields or uses up its slice. Where the loops share CPUs with the thread pool
+    /// (fewer cores than busy threads), the pool then finishes its batch of requests, sending as it goes
+    /// (<see cref="SendFromThreadPool"/>), and the loop reads every socket that became readable meanwhile
+    /// in one pass, instead of preempting the pool after each response. On idle CPUs a wake-up needs no
+    /// preemption, so it changes nothing there. A refusal (a seccomp profile) is logged once per loop.
+    /// Default: true.
+    /// </summary>
+    public bool SchedBatchLoops { get; set; } = true;
 
     /// <summary>
     /// TCP_DEFER_ACCEPT on the listening sockets, in seconds (tcp(7)): the kernel completes a connection

@@ -65,6 +65,7 @@ internal sealed unsafe class EventLoop : PipeScheduler
     private long _passCount;
     private long _bytesReceived;
     private long _bytesSent;
+    private long _bytesSentOffLoop;
 
     public EventLoop(int index, LinuxTransportOptions options, MemoryPool<byte> pool, ILogger logger, TransportMetrics metrics)
     {
@@ -107,7 +108,10 @@ internal sealed unsafe class EventLoop : PipeScheduler
         long maxRead = options.MaxReadBufferSize ?? 0;
         long maxWrite = options.MaxWriteBufferSize ?? 0;
         InputPipeOptions = new PipeOptions(pool, ApplicationScheduler, this, maxRead, maxRead / 2, useSynchronizationContext: false);
-        OutputPipeOptions = new PipeOptions(pool, this, ApplicationScheduler, maxWrite, maxWrite / 2, useSynchronizationContext: false);
+        // With SendFromThreadPool the app's pool threads send what they flushed themselves (LinuxConnection).
+        SendsFromThreadPool = _dispatchQueue is not null && options.SendFromThreadPool;
+        var outputReaderScheduler = SendsFromThreadPool ? _dispatchQueue!.SendScheduler : this;
+        OutputPipeOptions = new PipeOptions(pool, outputReaderScheduler, ApplicationScheduler, maxWrite, maxWrite / 2, useSynchronizationContext: false);
 
         _applyBusyPoll = options.BusyPollMicroseconds > 0;
         _applyQuickAck = options.TcpQuickAck;
@@ -143,7 +147,13 @@ internal sealed unsafe class EventLoop : PipeScheduler
 
     public long BytesReceived => Volatile.Read(ref _bytesReceived);
 
-    public long BytesSent => Volatile.Read(ref _bytesSent);
+    public long BytesSent => Volatile.Read(ref _bytesSent) + Volatile.Read(ref _bytesSentOffLoop);
+
+    /// <summary>True when the output pipes resume their reader on the app's pool thread, which then sends.</summary>
+    public bool SendsFromThreadPool { get; }
+
+    /// <summary>Counts bytes a pool thread sent for one of this loop's connections (any thread).</summary>
+    public void AddBytesSentOffLoop(long bytes) => Interlocked.Add(ref _bytesSentOffLoop, bytes);
 
     public MemoryPool<byte> Pool { get; }
 
@@ -357,6 +367,15 @@ internal sealed unsafe class EventLoop : PipeScheduler
         if (_options.CpuAffinity)
         {
             PinThread();
+        }
+
+        if (_options.SchedBatchLoops)
+        {
+            int rc = Affinity.SetCurrentThreadBatch();
+            if (rc < 0)
+            {
+                TransportLog.OptionNotApplied(_logger, "SchedBatchLoops (sched_setscheduler SCHED_BATCH)", $"loop {Index}", Errno.Describe(-rc));
+            }
         }
 
         byte* events = (byte*)NativeMemory.Alloc((nuint)(MaxEventsPerWait * Epoll.EventSize));

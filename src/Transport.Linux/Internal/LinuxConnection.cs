@@ -51,7 +51,12 @@ internal sealed class LinuxConnection : ConnectionContext,
     private bool _flushPending;
     private ValueTask<FlushResult> _flush;
 
-    // Send side.
+    // Send side. The loop owns it, except that a pending read's continuation may run on the app's
+    // pool thread (EventLoop.SendsFromThreadPool): that thread sends what it read under _sendLock, and
+    // hands anything else (an error, the end of the output, a full socket) back to the loop, keeping
+    // _readPending set until the loop has taken it. The loop's EndSend and fd close take the same lock,
+    // so a pool thread never sends on a closed fd or past the end of the send side.
+    private readonly Lock _sendLock = new();
     private bool _sendQueued;
     private bool _sendDone;
     private bool _waitingWritable;
@@ -59,6 +64,12 @@ internal sealed class LinuxConnection : ConnectionContext,
     private bool _hasReadResult;
     private ReadResult _readResult;
     private ValueTask<ReadResult> _read;
+    private ReadResult _handedBack;
+    private Exception? _handedBackError;
+
+    /// <summary>A pool thread's sends, one op at a time (EventLoop.SendsFromThreadPool).</summary>
+    [ThreadStatic]
+    private static IoBatch? t_sendBatch;
 
     private readonly bool _quickAck;
     private bool _fdClosed;
@@ -347,65 +358,179 @@ internal sealed class LinuxConnection : ConnectionContext,
             return;
         }
 
-        ValueTask<ReadResult> read;
+        if (TryStartRead(out var result, out var error))
+        {
+            OnOutputRead(result, error);
+        }
+    }
+
+    /// <summary>
+    /// Reads the app's output: true with the outcome when the read completed at once, false when its
+    /// continuation (<see cref="OnOutputReadable"/>) was registered.
+    /// </summary>
+    private bool TryStartRead(out ReadResult result, out Exception? error)
+    {
+        result = default;
+        error = null;
         try
         {
-            read = _output.Reader.ReadAsync();
+            var read = _output.Reader.ReadAsync();
+            if (!read.IsCompleted)
+            {
+                _readPending = true;
+                _read = read;
+                read.GetAwaiter().UnsafeOnCompleted(_onOutputReadable);
+                return false;
+            }
+
+            result = read.GetAwaiter().GetResult();
         }
         catch (Exception e)
         {
-            EndSend(e, graceful: false);
-            return;
+            // The application completed its output with an error.
+            error = e;
         }
 
-        if (read.IsCompleted)
-        {
-            OnOutputRead(read);
-        }
-        else
-        {
-            _readPending = true;
-            _read = read;
-            read.GetAwaiter().UnsafeOnCompleted(_onOutputReadable);
-        }
+        return true;
     }
 
+    /// <summary>The continuation of a pending read: on the loop, or on the pool thread that flushed.</summary>
     private void OnOutputReadable()
     {
-        _readPending = false;
         var read = _read;
         _read = default;
-        if (_sendDone)
-        {
-            // EndSend cancelled this read; the reader can be completed now.
-            try
-            {
-                var result = read.GetAwaiter().GetResult();
-                _output.Reader.AdvanceTo(result.Buffer.Start);
-            }
-            catch (Exception)
-            {
-                // The app completed its writer with an error; the send side is over either way.
-            }
-
-            CompleteOutput(_pendingOutputError);
-            return;
-        }
-
-        OnOutputRead(read);
-    }
-
-    private void OnOutputRead(ValueTask<ReadResult> read)
-    {
-        ReadResult result;
+        ReadResult result = default;
+        Exception? error = null;
         try
         {
             result = read.GetAwaiter().GetResult();
         }
         catch (Exception e)
         {
-            // The application completed its output with an error.
-            EndSend(e, graceful: false);
+            error = e;
+        }
+
+        if (_loop.IsLoopThread)
+        {
+            OnPendingReadDone(result, error);
+            return;
+        }
+
+        lock (_sendLock)
+        {
+            if (error is null && !_sendDone && !_fdClosed)
+            {
+                _readPending = false;
+                try
+                {
+                    if (SendOnThisThread(ref result, out error))
+                    {
+                        return;
+                    }
+                }
+                catch (Exception e)
+                {
+                    // A fault in this connection's send: the loop ends the send side with it.
+                    result = default;
+                    error = e;
+                }
+
+                // Still pending as far as the loop is concerned, until it has taken what follows.
+                _readPending = true;
+            }
+
+            _handedBack = result;
+            _handedBackError = error;
+        }
+
+        _loop.Post(static s => ((LinuxConnection)s!).OnHandedBack(), this);
+    }
+
+    /// <summary>
+    /// On the app's pool thread, under <see cref="_sendLock"/>: sends what the read returned, and reads
+    /// again as long as the socket takes everything. True when that ended with a pending read; false
+    /// with what the loop must handle: a read result that is empty (the output ended) or that the
+    /// socket could not take whole, or an error (with <paramref name="result"/> then holding nothing).
+    /// </summary>
+    private bool SendOnThisThread(ref ReadResult result, out Exception? error)
+    {
+        error = null;
+        var batch = t_sendBatch ??= new IoBatch();
+        while (!result.Buffer.IsEmpty)
+        {
+            var buffer = result.Buffer;
+            AddSendBuffers(batch, buffer);
+            long sent = batch.SendOnThisThread();
+            long requested = batch.RequestedAt(0);
+            batch.Clear();
+
+            if (sent < 0 && sent != -Errno.EAGAIN)
+            {
+                _output.Reader.AdvanceTo(buffer.Start);
+                result = default;
+                error = ErrorFor((int)-sent, "send");
+                return false;
+            }
+
+            sent = Math.Max(sent, 0);
+            _loop.AddBytesSentOffLoop(sent);
+            _output.Reader.AdvanceTo(buffer.GetPosition(sent));
+            if (!TryStartRead(out result, out error))
+            {
+                return true;
+            }
+
+            if (error is not null || sent < requested)
+            {
+                // A full socket: the loop sends the rest when it can, and waits for EPOLLOUT if it must.
+                return false;
+            }
+        }
+
+        return false;
+    }
+
+    /// <summary>On the loop: what a pool thread handed back from <see cref="OnOutputReadable"/>.</summary>
+    private void OnHandedBack()
+    {
+        ReadResult result;
+        Exception? error;
+        lock (_sendLock)
+        {
+            result = _handedBack;
+            error = _handedBackError;
+            _handedBack = default;
+            _handedBackError = null;
+        }
+
+        OnPendingReadDone(result, error);
+    }
+
+    /// <summary>On the loop: the outcome of a read that was pending (<paramref name="result"/> is live when <paramref name="error"/> is null).</summary>
+    private void OnPendingReadDone(ReadResult result, Exception? error)
+    {
+        _readPending = false;
+        if (_sendDone)
+        {
+            // EndSend cancelled this read, or ended the send side while a pool thread had it; the
+            // reader can be completed now.
+            if (error is null)
+            {
+                _output.Reader.AdvanceTo(result.Buffer.Start);
+            }
+
+            CompleteOutput(_pendingOutputError);
+            return;
+        }
+
+        OnOutputRead(result, error);
+    }
+
+    private void OnOutputRead(ReadResult result, Exception? error)
+    {
+        if (error is not null)
+        {
+            EndSend(error, graceful: false);
             return;
         }
 
@@ -448,9 +573,14 @@ internal sealed class LinuxConnection : ConnectionContext,
             return;
         }
 
+        AddSendBuffers(batch, _readResult.Buffer);
+    }
+
+    private void AddSendBuffers(IoBatch batch, in ReadOnlySequence<byte> buffer)
+    {
         batch.BeginOp(this, Fd);
         int buffers = 0;
-        foreach (var segment in _readResult.Buffer)
+        foreach (var segment in buffer)
         {
             if (segment.IsEmpty)
             {
@@ -520,27 +650,31 @@ internal sealed class LinuxConnection : ConnectionContext,
 
     private void EndSend(Exception? error, bool graceful)
     {
-        if (_sendDone)
+        lock (_sendLock)
         {
-            return;
-        }
+            if (_sendDone)
+            {
+                return;
+            }
 
-        _sendDone = true;
-        if (_hasReadResult)
-        {
-            _output.Reader.AdvanceTo(_readResult.Buffer.Start);
-            _hasReadResult = false;
-            _readResult = default;
-        }
+            _sendDone = true;
+            if (_hasReadResult)
+            {
+                _output.Reader.AdvanceTo(_readResult.Buffer.Start);
+                _hasReadResult = false;
+                _readResult = default;
+            }
 
-        if (_readPending)
-        {
-            _pendingOutputError = error;
-            _output.Reader.CancelPendingRead();
-        }
-        else
-        {
-            CompleteOutput(error);
+            if (_readPending)
+            {
+                // The read's continuation (or a pool thread's hand-back) completes the reader.
+                _pendingOutputError = error;
+                _output.Reader.CancelPendingRead();
+            }
+            else
+            {
+                CompleteOutput(error);
+            }
         }
 
         if (graceful && !_fdClosed)
@@ -641,7 +775,12 @@ internal sealed class LinuxConnection : ConnectionContext,
     {
         if (!_fdClosed)
         {
-            _fdClosed = true;
+            lock (_sendLock)
+            {
+                // A pool thread that is sending holds the lock; once it is set, none sends again.
+                _fdClosed = true;
+            }
+
             _loop.Unregister(this);
             LibC.CloseFd(Fd);
             FireConnectionClosed();

@@ -29,6 +29,9 @@ internal sealed class ThreadPoolDispatchQueue(EventLoop loop) : PipeScheduler, I
     private static int t_threadId;
 
     private readonly ConcurrentQueue<ScheduledWork> _queue = new();
+
+    /// <summary>Sends (SendScheduler): taken before anything in <see cref="_queue"/>.</summary>
+    private readonly ConcurrentQueue<ScheduledWork> _sends = new();
     private int _scheduled;
     private int _running;
     private long _itemStarted;
@@ -48,15 +51,43 @@ internal sealed class ThreadPoolDispatchQueue(EventLoop loop) : PipeScheduler, I
         return _statPath;
     }
 
+    /// <summary>
+    /// The scheduler for the transport's reader of the app's output, when sends go out from the thread
+    /// pool (<see cref="LinuxTransportOptions.SendFromThreadPool"/>): a flush on a pool thread queues the
+    /// reader's continuation here, ahead of the batch's other work (<see cref="TryTake"/>), where any
+    /// thread draining the batch (a helper, when the one that flushed blocks) can run it; one on the
+    /// loop (a cancelled read) stays on the loop.
+    /// </summary>
+    public PipeScheduler SendScheduler => _sendScheduler ??= new SendReaderScheduler(this, loop);
+
+    private PipeScheduler? _sendScheduler;
+
+    private sealed class SendReaderScheduler(ThreadPoolDispatchQueue queue, EventLoop loop) : PipeScheduler
+    {
+        public override void Schedule(Action<object?> action, object? state)
+        {
+            if (loop.IsLoopThread)
+            {
+                loop.Schedule(action, state);
+            }
+            else
+            {
+                queue.Enqueue(queue._sends, new ScheduledWork(action, state));
+            }
+        }
+    }
+
     /// <summary>True from the moment a batch is queued until every thread running it has finished.</summary>
     public bool IsActive => Volatile.Read(ref _scheduled) != 0 || Volatile.Read(ref _running) > 0;
 
     /// <summary>True on a thread-pool thread that is running this queue's batch.</summary>
     public bool IsBatchThread => t_running == this;
 
-    public override void Schedule(Action<object?> action, object? state)
+    public override void Schedule(Action<object?> action, object? state) => Enqueue(_queue, new ScheduledWork(action, state));
+
+    private void Enqueue(ConcurrentQueue<ScheduledWork> queue, ScheduledWork work)
     {
-        _queue.Enqueue(new ScheduledWork(action, state));
+        queue.Enqueue(work);
         if (Interlocked.CompareExchange(ref _scheduled, 1, 0) == 0)
         {
             System.Threading.ThreadPool.UnsafeQueueUserWorkItem(this, preferLocal: false);
@@ -68,6 +99,15 @@ internal sealed class ThreadPoolDispatchQueue(EventLoop loop) : PipeScheduler, I
             loop.WakeIfNotPolling();
         }
     }
+
+    /// <summary>
+    /// The next work item: a send first, so that a connection's send runs right after the continuation
+    /// that flushed returns, carrying everything it flushed (all the responses of a pipelined batch,
+    /// say), and before the batch moves on to other connections.
+    /// </summary>
+    private bool TryTake(out ScheduledWork work) => _sends.TryDequeue(out work) || _queue.TryDequeue(out work);
+
+    private bool IsEmpty => _sends.IsEmpty && _queue.IsEmpty;
 
     /// <summary>
     /// Called by the loop, on this queue's batch thread, when work posted to the loop may wait for
@@ -87,7 +127,7 @@ internal sealed class ThreadPoolDispatchQueue(EventLoop loop) : PipeScheduler, I
         // Called on every loop pass: the common case (nothing running, or nothing waiting behind it)
         // returns before reading the clock.
         long started = Volatile.Read(ref _itemStarted);
-        if (started == 0 || _queue.IsEmpty)
+        if (started == 0 || IsEmpty)
         {
             return;
         }
@@ -128,7 +168,7 @@ internal sealed class ThreadPoolDispatchQueue(EventLoop loop) : PipeScheduler, I
         {
             while (true)
             {
-                while (_queue.TryDequeue(out var work))
+                while (TryTake(out var work))
                 {
                     Volatile.Write(ref _itemThread, threadId);
                     Volatile.Write(ref _itemStarted, Stopwatch.GetTimestamp());
@@ -140,7 +180,7 @@ internal sealed class ThreadPoolDispatchQueue(EventLoop loop) : PipeScheduler, I
 
                 // Work enqueued after the drain but before the flag cleared saw _scheduled == 1 and did
                 // not queue us: look again, and stay scheduled only if nobody else took over.
-                if (_queue.IsEmpty || Interlocked.CompareExchange(ref _scheduled, 1, 0) != 0)
+                if (IsEmpty || Interlocked.CompareExchange(ref _scheduled, 1, 0) != 0)
                 {
                     return;
                 }

@@ -2,7 +2,7 @@ using System.Runtime.InteropServices;
 
 namespace Kestrel.Transport.Linux.Interop;
 
-/// <summary>sched_getaffinity(2) / sched_setaffinity(2) for the calling thread, and gettid(2).</summary>
+/// <summary>sched_getaffinity(2) / sched_setaffinity(2) and sched_setscheduler(2) for the calling thread, and gettid(2).</summary>
 internal static unsafe partial class Affinity
 {
     // cpu_set_t is 1024 bits in glibc; the kernel accepts any multiple of the word size that covers its CPUs.
@@ -13,6 +13,19 @@ internal static unsafe partial class Affinity
 
     [LibraryImport(LibC.Name, EntryPoint = "sched_setaffinity", SetLastError = true)]
     private static partial int sched_setaffinity(int pid, nuint size, byte* mask);
+
+    [LibraryImport(LibC.Name, EntryPoint = "sched_setscheduler", SetLastError = true)]
+    private static partial int sched_setscheduler(int pid, int policy, int* param);
+
+    /// <summary>SCHED_BATCH (sched(7)): a normal-priority thread that does not preempt others when it wakes.</summary>
+    private const int SCHED_BATCH = 3;
+
+    /// <summary>Puts the calling thread in SCHED_BATCH; 0, or -errno.</summary>
+    public static int SetCurrentThreadBatch()
+    {
+        int priority = 0;
+        return sched_setscheduler(0, SCHED_BATCH, &priority) == 0 ? 0 : -Marshal.GetLastPInvokeError();
+    }
 
     [LibraryImport(LibC.Name, EntryPoint = "gettid")]
     private static partial int gettid();

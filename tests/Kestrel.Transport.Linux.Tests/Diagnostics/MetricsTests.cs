@@ -13,14 +13,20 @@ namespace Kestrel.Transport.Linux.Tests.Diagnostics;
 /// <summary>The Kestrel.Transport.Linux meter, read the way dotnet-counters and OpenTelemetry read it: through a MeterListener.</summary>
 public sealed class MetricsTests
 {
-    [Fact]
-    public async Task The_meter_counts_connections_bytes_passes_and_batches()
+    /// <summary>
+    /// With SendFromThreadPool the echo's pool threads send what they flushed themselves: the bytes count
+    /// them, and the loop's send batches stay empty. Without it the loop sends, in its pass-end batches.
+    /// </summary>
+    [Theory]
+    [InlineData(true)]
+    [InlineData(false)]
+    public async Task The_meter_counts_connections_bytes_passes_and_batches(bool sendFromThreadPool)
     {
         using var services = new ServiceCollection().AddMetrics().BuildServiceProvider();
         var meterFactory = services.GetRequiredService<IMeterFactory>();
         using var recorder = new MeasurementRecorder(meterFactory);
         var pool = new DiagnosticMemoryPoolFactory();
-        var options = new LinuxTransportOptions { ThreadCount = 2 };
+        var options = new LinuxTransportOptions { ThreadCount = 2, SendFromThreadPool = sendFromThreadPool };
 
         var factory = new LinuxTransportFactory(Options.Create(options), NullLoggerFactory.Instance, pool, meterFactory);
         await using (factory)
@@ -47,8 +53,17 @@ public sealed class MetricsTests
             Assert.True(recorder.Last("kestrel.transport.linux.bytes", "send") >= Connections * MessageLength);
             Assert.True(recorder.Last("kestrel.transport.linux.loop.passes") > 0);
             Assert.True(recorder.Count("kestrel.transport.linux.pass.events") > 0);
-            Assert.True(recorder.Sum("kestrel.transport.linux.pass.bytes") >= 2L * Connections * MessageLength);
-            Assert.True(recorder.Count("kestrel.transport.linux.send.queue_length") > 0);
+            Assert.True(recorder.Sum("kestrel.transport.linux.pass.bytes", "receive") >= Connections * MessageLength);
+            if (sendFromThreadPool)
+            {
+                Assert.Equal(0, recorder.Sum("kestrel.transport.linux.pass.bytes", "send"));
+                Assert.Equal(0, recorder.Count("kestrel.transport.linux.send.queue_length"));
+            }
+            else
+            {
+                Assert.True(recorder.Sum("kestrel.transport.linux.pass.bytes", "send") >= Connections * MessageLength);
+                Assert.True(recorder.Count("kestrel.transport.linux.send.queue_length") > 0);
+            }
 
             foreach (var client in clients)
             {
@@ -104,6 +119,9 @@ public sealed class MetricsTests
         public void Collect() => _listener.RecordObservableInstruments();
 
         public long Sum(string name) => (long)_measurements.Where(m => m.Name == name).Sum(m => m.Value);
+
+        public long Sum(string name, string direction)
+            => (long)_measurements.Where(m => m.Name == name && m.Direction == direction).Sum(m => m.Value);
 
         public int Count(string name) => _measurements.Count(m => m.Name == name);
 

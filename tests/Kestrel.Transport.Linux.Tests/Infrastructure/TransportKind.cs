@@ -19,10 +19,16 @@ public enum TransportKind
     /// <summary>The Linux transport, native engine, with ApplicationSchedulingMode.Inline (host tests only).</summary>
     LinuxInline,
 
-    /// <summary>The Linux transport, native engine, with AioReceive and AioSend: batches go through io_submit.</summary>
+    /// <summary>
+    /// The Linux transport, native engine, with AioReceive and AioSend: batches go through io_submit. The
+    /// loop makes every send (SendFromThreadPool off), so that sends go through io_submit too.
+    /// </summary>
     LinuxAio,
 
-    /// <summary>The Linux transport, native engine, with DeferSend off: flushes are sent as they come (host tests only).</summary>
+    /// <summary>
+    /// The Linux transport, native engine, with DeferSend and SendFromThreadPool off: the loop sends each
+    /// flush on its next pass (host tests only).
+    /// </summary>
     LinuxImmediateSend,
 }
 
@@ -60,6 +66,9 @@ public static class Transports
             : ApplicationSchedulingMode.ThreadPool;
         options.AioReceive = options.AioSend = kind == TransportKind.LinuxAio;
         options.DeferSend = kind != TransportKind.LinuxImmediateSend;
+
+        // These two test the loop's own send paths, which sends from the pool threads would bypass.
+        options.SendFromThreadPool = kind is not (TransportKind.LinuxAio or TransportKind.LinuxImmediateSend);
     }
 
     /// <summary>

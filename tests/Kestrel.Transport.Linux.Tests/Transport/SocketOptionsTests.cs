@@ -139,6 +139,28 @@ public sealed class SocketOptionsTests(ITestOutputHelper output)
     }
 
     [Theory]
+    [InlineData(true, 3)] // SCHED_BATCH
+    [InlineData(false, 0)] // SCHED_OTHER, what .NET threads start with
+    public async Task SchedBatchLoops_sets_the_loop_threads_scheduling_policy(bool schedBatch, int expectedPolicy)
+    {
+        await using var transport = TestTransport.Create(TransportKind.LinuxNative, output, s =>
+        {
+            s.ThreadCount = 2;
+            s.Linux = o => o.SchedBatchLoops = schedBatch;
+        });
+        await transport.BindAsync(new IPEndPoint(IPAddress.Loopback, 0));
+        foreach (var loop in ((LinuxTransportFactory)transport.Factory).Loops)
+        {
+            Assert.NotEqual(0, loop.ThreadId);
+            Assert.Equal(expectedPolicy, SchedulingPolicy(loop.ThreadId));
+        }
+
+        // Only the loops: the app's pool threads keep the process's policy.
+        Assert.Equal(0, SchedulingPolicy(Affinity.CurrentThreadId()));
+        await transport.StopAsync(expectRentals: false);
+    }
+
+    [Theory]
     [MemberData(nameof(Transports.LinuxOnly), MemberType = typeof(Transports))]
     public async Task BusyPoll_sets_the_epoll_busy_poll_parameters_where_the_kernel_has_them(TransportKind kind)
     {
@@ -158,6 +180,14 @@ public sealed class SocketOptionsTests(ITestOutputHelper output)
         }
 
         await transport.StopAsync(expectRentals: false);
+    }
+
+    /// <summary>The policy field of /proc/self/task/TID/stat (proc(5), field 41), after the parenthesised command name.</summary>
+    private static int SchedulingPolicy(int tid)
+    {
+        string stat = File.ReadAllText($"/proc/self/task/{tid}/stat");
+        string[] fields = stat[(stat.LastIndexOf(')') + 2)..].Split(' ');
+        return int.Parse(fields[41 - 3], CultureInfo.InvariantCulture);
     }
 
     private static string CpusAllowedList(int tid)
