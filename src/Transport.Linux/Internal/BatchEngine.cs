@@ -8,6 +8,12 @@ namespace Kestrel.Transport.Linux.Internal;
 /// </summary>
 internal abstract unsafe class BatchEngine : IDisposable
 {
+    /// <summary>
+    /// The managed engine: one syscall per op on the calling thread. It holds no state, so unlike a
+    /// loop's own engine any thread may use it (a pool thread's sends).
+    /// </summary>
+    public static BatchEngine CallingThread { get; } = new Managed();
+
     /// <summary>True when batches can go through Linux AIO io_submit.</summary>
     public abstract bool HasAio { get; }
 

@@ -109,8 +109,7 @@ internal sealed unsafe class EventLoop : PipeScheduler
         long maxWrite = options.MaxWriteBufferSize ?? 0;
         InputPipeOptions = new PipeOptions(pool, ApplicationScheduler, this, maxRead, maxRead / 2, useSynchronizationContext: false);
         // With SendFromThreadPool the app's pool threads send what they flushed themselves (LinuxConnection).
-        SendsFromThreadPool = _dispatchQueue is not null && options.SendFromThreadPool;
-        var outputReaderScheduler = SendsFromThreadPool ? _dispatchQueue!.SendScheduler : this;
+        var outputReaderScheduler = _dispatchQueue is not null && options.SendFromThreadPool ? _dispatchQueue.CreateSendScheduler() : (PipeScheduler)this;
         OutputPipeOptions = new PipeOptions(pool, outputReaderScheduler, ApplicationScheduler, maxWrite, maxWrite / 2, useSynchronizationContext: false);
 
         _applyBusyPoll = options.BusyPollMicroseconds > 0;
@@ -148,9 +147,6 @@ internal sealed unsafe class EventLoop : PipeScheduler
     public long BytesReceived => Volatile.Read(ref _bytesReceived);
 
     public long BytesSent => Volatile.Read(ref _bytesSent) + Volatile.Read(ref _bytesSentOffLoop);
-
-    /// <summary>True when the output pipes resume their reader on the app's pool thread, which then sends.</summary>
-    public bool SendsFromThreadPool { get; }
 
     /// <summary>Counts bytes a pool thread sent for one of this loop's connections (any thread).</summary>
     public void AddBytesSentOffLoop(long bytes) => Interlocked.Add(ref _bytesSentOffLoop, bytes);

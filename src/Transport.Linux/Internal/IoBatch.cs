@@ -1,5 +1,4 @@
 using System.Buffers;
-using System.Diagnostics;
 using System.Runtime.CompilerServices;
 using Kestrel.Transport.Linux.Interop;
 
@@ -9,8 +8,8 @@ namespace Kestrel.Transport.Linux.Internal;
 /// What one loop pass receives or sends: an op per connection, its iovecs and the pins that keep
 /// their memory in place while the kernel uses it. The arrays live on the pinned object heap and
 /// grow on demand, so a batch of any size fits (a fixed 512-slot array once crashed an earlier
-/// transport after days of uptime). Used only on its loop's thread, or, one op at a time, as a pool thread's own
-/// batch for the sends it makes itself.
+/// transport after days of uptime). Used only on its loop's thread, or as a pool thread's own batch
+/// for the sends it makes itself (with <see cref="BatchEngine.CallingThread"/>).
 /// </summary>
 internal sealed unsafe class IoBatch
 {
@@ -94,23 +93,6 @@ internal sealed unsafe class IoBatch
         }
 
         engine.Execute(direction, useAio, (IoOp*)Unsafe.AsPointer(ref _ops[0]), Count);
-    }
-
-    /// <summary>
-    /// Sends the batch's only op with sendmsg on the calling thread (a pool thread's send, outside any
-    /// loop pass); returns the bytes sent or -errno.
-    /// </summary>
-    public long SendOnThisThread()
-    {
-        Debug.Assert(Count == 1);
-        Iovec* iovs = (Iovec*)Unsafe.AsPointer(ref _iovs[0]);
-        long rc;
-        do
-        {
-            rc = Interop.Socket.Send(_ops[0].Fd, iovs, _ops[0].IovCount);
-        }
-        while (rc == -Errno.EINTR);
-        return rc;
     }
 
     public void Clear()

@@ -52,7 +52,7 @@ internal sealed class LinuxConnection : ConnectionContext,
     private ValueTask<FlushResult> _flush;
 
     // Send side. The loop owns it, except that a pending read's continuation may run on the app's
-    // pool thread (EventLoop.SendsFromThreadPool): that thread sends what it read under _sendLock, and
+    // pool thread (LinuxTransportOptions.SendFromThreadPool): that thread sends what it read under _sendLock, and
     // hands anything else (an error, the end of the output, a full socket) back to the loop, keeping
     // _readPending set until the loop has taken it. The loop's EndSend and fd close take the same lock,
     // so a pool thread never sends on a closed fd or past the end of the send side.
@@ -67,7 +67,7 @@ internal sealed class LinuxConnection : ConnectionContext,
     private ReadResult _handedBack;
     private Exception? _handedBackError;
 
-    /// <summary>A pool thread's sends, one op at a time (EventLoop.SendsFromThreadPool).</summary>
+    /// <summary>A pool thread's sends, one op at a time (LinuxTransportOptions.SendFromThreadPool).</summary>
     [ThreadStatic]
     private static IoBatch? t_sendBatch;
 
@@ -280,18 +280,8 @@ internal sealed class LinuxConnection : ConnectionContext,
     private void OnInputFlushed()
     {
         _flushPending = false;
-        var flush = _flush;
+        var result = Outcome(_flush, out var error);
         _flush = default;
-        FlushResult result = default;
-        Exception? error = null;
-        try
-        {
-            result = flush.GetAwaiter().GetResult();
-        }
-        catch (Exception e)
-        {
-            error = e;
-        }
 
         if (_receiveDone)
         {
@@ -397,18 +387,8 @@ internal sealed class LinuxConnection : ConnectionContext,
     /// <summary>The continuation of a pending read: on the loop, or on the pool thread that flushed.</summary>
     private void OnOutputReadable()
     {
-        var read = _read;
+        var result = Outcome(_read, out var error);
         _read = default;
-        ReadResult result = default;
-        Exception? error = null;
-        try
-        {
-            result = read.GetAwaiter().GetResult();
-        }
-        catch (Exception e)
-        {
-            error = e;
-        }
 
         if (_loop.IsLoopThread)
         {
@@ -460,7 +440,8 @@ internal sealed class LinuxConnection : ConnectionContext,
         {
             var buffer = result.Buffer;
             AddSendBuffers(batch, buffer);
-            long sent = batch.SendOnThisThread();
+            batch.Execute(BatchEngine.CallingThread, NativeEngine.Send, useAio: false);
+            long sent = batch.ResultAt(0);
             long requested = batch.RequestedAt(0);
             batch.Clear();
 
@@ -817,6 +798,22 @@ internal sealed class LinuxConnection : ConnectionContext,
                     connection._loop.Post(static s => ((LinuxConnection)s!).OnConnectionClosedCallbacksDone(), connection);
                 }
             }, this, preferLocal: false);
+        }
+    }
+
+    /// <summary>A completed pipe operation's result, or the exception it completed with.</summary>
+    private static T Outcome<T>(ValueTask<T> operation, out Exception? error)
+        where T : struct
+    {
+        error = null;
+        try
+        {
+            return operation.GetAwaiter().GetResult();
+        }
+        catch (Exception e)
+        {
+            error = e;
+            return default;
         }
     }
 

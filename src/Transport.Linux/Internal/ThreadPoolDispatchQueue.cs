@@ -30,7 +30,7 @@ internal sealed class ThreadPoolDispatchQueue(EventLoop loop) : PipeScheduler, I
 
     private readonly ConcurrentQueue<ScheduledWork> _queue = new();
 
-    /// <summary>Sends (SendScheduler): taken before anything in <see cref="_queue"/>.</summary>
+    /// <summary>Sends (<see cref="CreateSendScheduler"/>): taken before anything in <see cref="_queue"/>.</summary>
     private readonly ConcurrentQueue<ScheduledWork> _sends = new();
     private int _scheduled;
     private int _running;
@@ -58,9 +58,7 @@ internal sealed class ThreadPoolDispatchQueue(EventLoop loop) : PipeScheduler, I
     /// thread draining the batch (a helper, when the one that flushed blocks) can run it; one on the
     /// loop (a cancelled read) stays on the loop.
     /// </summary>
-    public PipeScheduler SendScheduler => _sendScheduler ??= new SendReaderScheduler(this, loop);
-
-    private PipeScheduler? _sendScheduler;
+    public PipeScheduler CreateSendScheduler() => new SendReaderScheduler(this, loop);
 
     private sealed class SendReaderScheduler(ThreadPoolDispatchQueue queue, EventLoop loop) : PipeScheduler
     {
