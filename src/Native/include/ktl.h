@@ -20,7 +20,7 @@
 extern "C" {
 #endif
 
-#define KTL_ABI_VERSION 1
+#define KTL_ABI_VERSION 2
 
 #define KTL_EXPORT __attribute__((visibility("default")))
 
@@ -28,12 +28,23 @@ extern "C" {
 #define KTL_OP_RECEIVE 0
 #define KTL_OP_SEND 1
 
-/* One socket's share of a batch. 24 bytes on LP64; layout is part of the ABI. */
+/*
+ * Op flags. KTL_SEND_ZEROCOPY sends with MSG_ZEROCOPY (Linux 4.14, msg_zerocopy.rst): the
+ * socket must have SO_ZEROCOPY set, and the caller must keep the buffers unchanged until
+ * the kernel's completion notification for this send arrives on the socket's error queue
+ * (recvmsg with MSG_ERRQUEUE), not just until the call returns. Such an op always runs
+ * synchronously (sendmsg), also in an AIO batch. Valid on sends only.
+ */
+#define KTL_SEND_ZEROCOPY 1
+
+/* One socket's share of a batch. 32 bytes on LP64; layout is part of the ABI. */
 typedef struct ktl_op {
     int32_t fd;                /* non-blocking stream socket */
     int32_t iov_count;         /* 1..IOV_MAX */
     const struct iovec *iov;   /* buffers; must stay valid for the duration of the call */
     int64_t result;            /* out: bytes transferred (0 = EOF on receive), or -errno */
+    int32_t flags;             /* KTL_SEND_* bits; 0 for a plain op */
+    int32_t reserved;          /* must be 0 */
 } ktl_op;
 
 typedef struct ktl_engine ktl_engine;
@@ -61,7 +72,7 @@ KTL_EXPORT void ktl_engine_destroy(ktl_engine *engine);
  * use_aio != 0 submits the batch with io_submit when the engine has AIO (in chunks of
  * at most aio_capacity); ops the kernel did not accept are performed synchronously, so
  * every op always gets a result. Sends use MSG_NOSIGNAL on the synchronous path.
- * EINTR is retried. Returns count, or -errno if the arguments are invalid
+ * EINTR is retried. An op with flags the direction does not allow gets -EINVAL. Returns count, or -errno if the arguments are invalid
  * (NULL engine/ops, count < 0, direction unknown).
  */
 KTL_EXPORT int32_t ktl_batch(ktl_engine *engine, int32_t direction, int32_t use_aio,

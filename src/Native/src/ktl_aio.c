@@ -295,8 +295,14 @@ void ktl_aio_batch(ktl_aio *aio, int32_t direction, ktl_op *ops, int32_t count)
             ktl_op *op = &ops[i];
             struct iocb *cb;
 
-            if (!ktl_op_is_valid(op)) {
+            if (!ktl_op_is_valid(direction, op)) {
                 op->result = -EINVAL;
+                continue;
+            }
+
+            /* PWRITEV takes no send flags: a zero-copy send is a sendmsg of its own. */
+            if (op->flags != 0) {
+                ktl_sync_op(direction, op);
                 continue;
             }
 

@@ -15,6 +15,10 @@
 #include "ktl.h"
 #include "ktl_aio.h"
 
+#ifndef MSG_ZEROCOPY
+#define MSG_ZEROCOPY 0x4000000 /* Linux 4.14; older C libraries lack the name */
+#endif
+
 struct ktl_engine {
     ktl_aio aio;
 };
@@ -61,16 +65,18 @@ KTL_EXPORT void ktl_engine_destroy(ktl_engine *engine)
  * Checked before the kernel sees an op: readv and PREADV with zero segments return 0,
  * which the caller would take for EOF and close a healthy connection.
  */
-int ktl_op_is_valid(const ktl_op *op)
+int ktl_op_is_valid(int32_t direction, const ktl_op *op)
 {
-    return op->iov != NULL && op->iov_count >= 1 && op->iov_count <= IOV_MAX;
+    int32_t allowed = direction == KTL_OP_SEND ? KTL_SEND_ZEROCOPY : 0;
+    return op->iov != NULL && op->iov_count >= 1 && op->iov_count <= IOV_MAX
+        && (op->flags & ~allowed) == 0 && op->reserved == 0;
 }
 
 void ktl_sync_op(int32_t direction, ktl_op *op)
 {
     ssize_t n;
 
-    if (!ktl_op_is_valid(op)) {
+    if (!ktl_op_is_valid(direction, op)) {
         op->result = -EINVAL;
         return;
     }
@@ -83,10 +89,11 @@ void ktl_sync_op(int32_t direction, ktl_op *op)
         /* sendmsg rather than writev only for MSG_NOSIGNAL: a peer that went away must
          * show up as -EPIPE in the result, not as a process-killing SIGPIPE. */
         struct msghdr msg = { 0 };
+        int flags = MSG_NOSIGNAL | ((op->flags & KTL_SEND_ZEROCOPY) ? MSG_ZEROCOPY : 0);
         msg.msg_iov = (struct iovec *)op->iov;
         msg.msg_iovlen = (size_t)op->iov_count;
         do {
-            n = sendmsg(op->fd, &msg, MSG_NOSIGNAL);
+            n = sendmsg(op->fd, &msg, flags);
         } while (n < 0 && errno == EINTR);
     }
 

@@ -12,21 +12,26 @@
 #include "ktl_test.h"
 
 /* The managed mirror (NativeEngine.cs) hard-codes these; a change here is an ABI break. */
-_Static_assert(sizeof(ktl_op) == 24, "ktl_op must stay 24 bytes");
+_Static_assert(sizeof(ktl_op) == 32, "ktl_op must stay 32 bytes");
 _Static_assert(offsetof(ktl_op, fd) == 0, "fd offset");
 _Static_assert(offsetof(ktl_op, iov_count) == 4, "iov_count offset");
 _Static_assert(offsetof(ktl_op, iov) == 8, "iov offset");
 _Static_assert(offsetof(ktl_op, result) == 16, "result offset");
+_Static_assert(offsetof(ktl_op, flags) == 24, "flags offset");
+_Static_assert(offsetof(ktl_op, reserved) == 28, "reserved offset");
 
 static void test_version_and_layout(void)
 {
     CHECK_EQ(ktl_abi_version(), KTL_ABI_VERSION);
-    CHECK_EQ(KTL_ABI_VERSION, 1);
-    CHECK_EQ(sizeof(ktl_op), 24);
+    CHECK_EQ(KTL_ABI_VERSION, 2);
+    CHECK_EQ(sizeof(ktl_op), 32);
     CHECK_EQ(offsetof(ktl_op, fd), 0);
     CHECK_EQ(offsetof(ktl_op, iov_count), 4);
     CHECK_EQ(offsetof(ktl_op, iov), 8);
     CHECK_EQ(offsetof(ktl_op, result), 16);
+    CHECK_EQ(offsetof(ktl_op, flags), 24);
+    CHECK_EQ(offsetof(ktl_op, reserved), 28);
+    CHECK_EQ(KTL_SEND_ZEROCOPY, 1);
     CHECK_EQ(sizeof(struct iovec), 16);
     CHECK_EQ(KTL_OP_RECEIVE, 0);
     CHECK_EQ(KTL_OP_SEND, 1);
@@ -64,7 +69,7 @@ static void test_engine_create(void)
         int fds[2];
         uint8_t buf[16];
         struct iovec iov = { buf, sizeof(buf) };
-        ktl_op op = { 0, 1, &iov, 0 };
+        ktl_op op = { .fd = 0, .iov_count = 1, .iov = &iov, .result = 0 };
         unix_pair(fds);
         write_all(fds[1], "hello", 5);
         op.fd = fds[0];
@@ -83,7 +88,7 @@ static void test_invalid_batch_args(void)
 {
     int32_t err;
     ktl_engine *engine = ktl_engine_create(4, &err);
-    ktl_op op = { 0, 1, NULL, 0 };
+    ktl_op op = { .fd = 0, .iov_count = 1, .iov = NULL, .result = 0 };
 
     CHECK(engine != NULL);
     CHECK_EQ(ktl_batch(NULL, KTL_OP_RECEIVE, 0, &op, 1), -EINVAL);
@@ -111,18 +116,22 @@ static void test_invalid_ops(void)
             int fds[2];
             uint8_t buf[8] = { 0 };
             struct iovec iov = { buf, sizeof(buf) };
-            ktl_op ops[4];
+            ktl_op ops[7];
 
             CHECK(engine != NULL);
             unix_pair(fds);
             write_all(fds[1], "x", 1);
 
-            ops[0] = (ktl_op){ fds[0], 0, &iov, 99 };
-            ops[1] = (ktl_op){ fds[0], 1, NULL, 99 };
-            ops[2] = (ktl_op){ fds[0], IOV_MAX + 1, &iov, 99 };
-            ops[3] = (ktl_op){ fds[0], -3, &iov, 99 };
-            CHECK_EQ(ktl_batch(engine, dir, use_aio, ops, 4), 4);
-            for (int i = 0; i < 4; i++)
+            ops[0] = (ktl_op){ .fd = fds[0], .iov_count = 0, .iov = &iov, .result = 99 };
+            ops[1] = (ktl_op){ .fd = fds[0], .iov_count = 1, .iov = NULL, .result = 99 };
+            ops[2] = (ktl_op){ .fd = fds[0], .iov_count = IOV_MAX + 1, .iov = &iov, .result = 99 };
+            ops[3] = (ktl_op){ .fd = fds[0], .iov_count = -3, .iov = &iov, .result = 99 };
+            /* Unknown flags, a send flag on a receive, a nonzero reserved field. */
+            ops[4] = (ktl_op){ .fd = fds[0], .iov_count = 1, .iov = &iov, .result = 99, .flags = 0x40 };
+            ops[5] = (ktl_op){ .fd = fds[0], .iov_count = 1, .iov = &iov, .result = 99, .flags = dir == KTL_OP_RECEIVE ? KTL_SEND_ZEROCOPY : 0x2 };
+            ops[6] = (ktl_op){ .fd = fds[0], .iov_count = 1, .iov = &iov, .result = 99, .flags = 0, .reserved = 1 };
+            CHECK_EQ(ktl_batch(engine, dir, use_aio, ops, 7), 7);
+            for (int i = 0; i < 7; i++)
                 CHECK_EQ(ops[i].result, -EINVAL);
 
             close(fds[0]);

@@ -86,7 +86,7 @@ internal abstract unsafe class BatchEngine : IDisposable
                 {
                     rc = direction == NativeEngine.Receive
                         ? Errno.Check((long)LibC.readv(op->Fd, op->Iov, op->IovCount))
-                        : Interop.Socket.Send(op->Fd, op->Iov, op->IovCount);
+                        : Interop.Socket.Send(op->Fd, op->Iov, op->IovCount, zeroCopy: (op->Flags & NativeEngine.SendZeroCopy) != 0);
                 }
                 while (rc == -Errno.EINTR);
                 op->Result = rc;

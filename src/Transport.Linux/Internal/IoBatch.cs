@@ -26,8 +26,11 @@ internal sealed unsafe class IoBatch
 
     public long ResultAt(int index) => _ops[index].Result;
 
-    /// <summary>Starts an op for <paramref name="connection"/>; follow with <see cref="AddBuffer"/> calls.</summary>
-    public void BeginOp(LinuxConnection connection, int fd)
+    /// <summary>
+    /// Starts an op for <paramref name="connection"/>; follow with <see cref="AddBuffer"/> calls.
+    /// <paramref name="flags"/>: <see cref="NativeEngine.SendZeroCopy"/> or 0.
+    /// </summary>
+    public void BeginOp(LinuxConnection connection, int fd, int flags = 0)
     {
         if (Count == _ops.Length)
         {
@@ -39,7 +42,7 @@ internal sealed unsafe class IoBatch
             Array.Resize(ref _connections, size);
         }
 
-        _ops[Count] = new IoOp { Fd = fd };
+        _ops[Count] = new IoOp { Fd = fd, Flags = flags };
         _iovStart[Count] = _iovCount;
         _connections[Count] = connection;
         Count++;

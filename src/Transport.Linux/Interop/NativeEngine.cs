@@ -3,7 +3,7 @@ using System.Runtime.InteropServices;
 namespace Kestrel.Transport.Linux.Interop;
 
 /// <summary>
-/// One socket's share of a batch: mirrors <c>ktl_op</c> in src/Native/include/ktl.h (24 bytes on LP64).
+/// One socket's share of a batch: mirrors <c>ktl_op</c> in src/Native/include/ktl.h (32 bytes on LP64).
 /// </summary>
 [StructLayout(LayoutKind.Sequential)]
 internal unsafe struct IoOp
@@ -13,15 +13,21 @@ internal unsafe struct IoOp
     public Iovec* Iov;
     /// <summary>Bytes transferred (0 = EOF on a receive), or -errno.</summary>
     public long Result;
+    /// <summary><see cref="NativeEngine.SendZeroCopy"/> or 0.</summary>
+    public int Flags;
+    private readonly int _reserved; // must be 0
 }
 
 /// <summary>The native batch engine, libktl_native.so (src/Native). Everything here mirrors ktl.h.</summary>
 internal static unsafe partial class NativeEngine
 {
     public const string LibraryName = "ktl_native";
-    public const int AbiVersion = 1;
+    public const int AbiVersion = 2;
     public const int Receive = 0;
     public const int Send = 1;
+
+    /// <summary>KTL_SEND_ZEROCOPY: the send goes out with MSG_ZEROCOPY (see ZeroCopySends).</summary>
+    public const int SendZeroCopy = 1;
 
     private static readonly Lazy<string?> s_loadError = new(TryLoad);
 

@@ -60,8 +60,9 @@ public sealed class KernelFeaturesTests
         Assert.Equal(LibC.O_NONBLOCK, EventFd.EFD_NONBLOCK);
         Assert.Equal(LibC.O_NONBLOCK, Interop.Socket.SOCK_NONBLOCK);
 
-        // ktl_op is 24 bytes on LP64 (src/Native/include/ktl.h).
-        Assert.Equal(24, System.Runtime.CompilerServices.Unsafe.SizeOf<IoOp>());
+        // ktl_op is 32 bytes on LP64 (src/Native/include/ktl.h), flags at 24.
+        Assert.Equal(32, System.Runtime.CompilerServices.Unsafe.SizeOf<IoOp>());
+        Assert.Equal(24, (int)System.Runtime.InteropServices.Marshal.OffsetOf<IoOp>(nameof(IoOp.Flags)));
         Assert.Equal(IntPtr.Size * 2, System.Runtime.CompilerServices.Unsafe.SizeOf<Iovec>());
     }
 }
