@@ -137,10 +137,27 @@ public sealed class LinuxTransportOptions
     public int TcpNotSentLowAtBytes { get; set; }
 
     /// <summary>
+    /// Sends of at least this many bytes use MSG_ZEROCOPY (Linux 4.14): the kernel sends from the
+    /// pipe's pool blocks instead of copying them into the socket, and reports on the socket's error
+    /// queue when it is done with them; only then do the blocks go back to the pool, and a graceful
+    /// close waits for that. 0 (the default) leaves it off. Worth it only for large responses over a
+    /// real NIC: over loopback the kernel copies anyway and says so, and the transport then stops using
+    /// it on that connection. A send the kernel refuses for lack of notification memory (ENOBUFS) is
+    /// made again, copied. TCP only. Range 0 or 1024..2147483647.
+    /// </summary>
+    public int ZeroCopySendThreshold { get; set; }
+
+    /// <summary>
     /// Use the native batch engine (libktl_native.so) when it can be loaded. When false, or when the
     /// library is missing, the transport performs the same batches with managed P/Invoke calls.
     /// </summary>
     internal bool UseNativeEngine { get; set; } = true;
+
+    /// <summary>
+    /// Keep sending with MSG_ZEROCOPY after the kernel reported that it copied (for tests and benchmarks
+    /// over loopback, where it always copies, so that the zero-copy path runs at all).
+    /// </summary>
+    internal bool ZeroCopyWhenKernelCopies { get; set; }
 
     internal IEnumerable<string> Validate()
     {
@@ -177,6 +194,11 @@ public sealed class LinuxTransportOptions
         if (TcpNotSentLowAtBytes < 0)
         {
             yield return $"{nameof(LinuxTransportOptions)}.{nameof(TcpNotSentLowAtBytes)} must be non-negative, but was {TcpNotSentLowAtBytes}.";
+        }
+
+        if (ZeroCopySendThreshold is < 0 or (> 0 and < 1024))
+        {
+            yield return $"{nameof(LinuxTransportOptions)}.{nameof(ZeroCopySendThreshold)} must be 0 (off) or at least 1024, but was {ZeroCopySendThreshold}.";
         }
 
         if (MaxReadBufferSize is < 0)

@@ -60,6 +60,7 @@ internal sealed unsafe class EventLoop : PipeScheduler
     private bool _applyBusyPoll;
     private bool _applyQuickAck;
     private bool _applyNotSentLowAt;
+    private bool _applyZeroCopy;
 
     // Totals read by the meter's observable instruments; written only by this loop's thread.
     private long _passCount;
@@ -110,11 +111,14 @@ internal sealed unsafe class EventLoop : PipeScheduler
         InputPipeOptions = new PipeOptions(pool, ApplicationScheduler, this, maxRead, maxRead / 2, useSynchronizationContext: false);
         // With SendFromThreadPool the app's pool threads send what they flushed themselves (LinuxConnection).
         var outputReaderScheduler = _dispatchQueue is not null && options.SendFromThreadPool ? _dispatchQueue.CreateSendScheduler() : (PipeScheduler)this;
-        OutputPipeOptions = new PipeOptions(pool, outputReaderScheduler, ApplicationScheduler, maxWrite, maxWrite / 2, useSynchronizationContext: false);
+        // With zero-copy sends the output pipes' blocks come back only once the kernel is done with them (ZeroCopy.cs).
+        ZeroCopyPool = options.ZeroCopySendThreshold > 0 ? new ZeroCopyMemoryPool(pool) : null;
+        OutputPipeOptions = new PipeOptions(ZeroCopyPool ?? pool, outputReaderScheduler, ApplicationScheduler, maxWrite, maxWrite / 2, useSynchronizationContext: false);
 
         _applyBusyPoll = options.BusyPollMicroseconds > 0;
         _applyQuickAck = options.TcpQuickAck;
         _applyNotSentLowAt = options.TcpNotSentLowAtBytes > 0;
+        _applyZeroCopy = options.ZeroCopySendThreshold > 0;
         if (options.BusyPollMicroseconds > 0)
         {
             int rc = Epoll.SetBusyPollParameters(_epollFd, (uint)options.BusyPollMicroseconds);
@@ -141,6 +145,17 @@ internal sealed unsafe class EventLoop : PipeScheduler
 
     /// <summary>True when receives re-arm TCP_QUICKACK (tcp(7): the kernel clears it by itself).</summary>
     public bool QuickAck => _applyQuickAck;
+
+    /// <summary>True when accepted TCP sockets get SO_ZEROCOPY (until the kernel refuses it once).</summary>
+    public bool ZeroCopy => _applyZeroCopy;
+
+    /// <summary>Sends of at least this many bytes use MSG_ZEROCOPY (<see cref="LinuxTransportOptions.ZeroCopySendThreshold"/>).</summary>
+    public int ZeroCopySendThreshold => _options.ZeroCopySendThreshold;
+
+    /// <summary>The output pipes' pool when zero-copy sends are on (its count of outstanding blocks is for tests and diagnostics).</summary>
+    public ZeroCopyMemoryPool? ZeroCopyPool { get; }
+
+    public TransportMetrics Metrics => _metrics;
 
     public long PassCount => Volatile.Read(ref _passCount);
 
@@ -465,6 +480,11 @@ internal sealed unsafe class EventLoop : PipeScheduler
         if (_applyNotSentLowAt)
         {
             _applyNotSentLowAt = TrySetOption(fd, Interop.Socket.IPPROTO_TCP, Interop.Socket.TCP_NOTSENT_LOWAT, _options.TcpNotSentLowAtBytes, "TCP_NOTSENT_LOWAT");
+        }
+
+        if (_applyZeroCopy)
+        {
+            _applyZeroCopy = TrySetOption(fd, Interop.Socket.SOL_SOCKET, Interop.Socket.SO_ZEROCOPY, 1, "ZeroCopySendThreshold (SO_ZEROCOPY)");
         }
     }
 

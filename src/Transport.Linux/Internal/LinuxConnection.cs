@@ -72,6 +72,13 @@ internal sealed class LinuxConnection : ConnectionContext,
     private static IoBatch? t_sendBatch;
 
     private readonly bool _quickAck;
+
+    // MSG_ZEROCOPY (LinuxTransportOptions.ZeroCopySendThreshold): null when off for this connection.
+    // The fd's close waits for the kernel's completions, except after a reset.
+    private readonly ZeroCopySends? _zeroCopy;
+    private bool _closeAwaitsZeroCopy;
+    private bool _reset;
+
     private bool _fdClosed;
     private int _connectionClosedFired;
     private ConnectionAbortedException? _abortReason;
@@ -83,6 +90,7 @@ internal sealed class LinuxConnection : ConnectionContext,
         LocalEndPoint = localEndPoint;
         RemoteEndPoint = remoteEndPoint;
         _quickAck = loop.QuickAck && remoteEndPoint is IPEndPoint;
+        _zeroCopy = loop.ZeroCopy && remoteEndPoint is IPEndPoint ? new ZeroCopySends() : null;
 
         _input = new Pipe(loop.InputPipeOptions);
         _output = new Pipe(loop.OutputPipeOptions);
@@ -155,6 +163,17 @@ internal sealed class LinuxConnection : ConnectionContext,
             return;
         }
 
+        // EPOLLERR also means that zero-copy completions are queued on the socket's error queue; that
+        // alone is no error. A reset or timeout comes with EPOLLHUP, and a read would report it anyway.
+        if ((events & Epoll.EPOLLERR) != 0 && _zeroCopy is not null && ReapZeroCopy())
+        {
+            events &= ~Epoll.EPOLLERR;
+            if (_fdClosed)
+            {
+                return;
+            }
+        }
+
         if ((events & (Epoll.EPOLLRDHUP | Epoll.EPOLLHUP | Epoll.EPOLLERR)) != 0)
         {
             _peerHungUp = true;
@@ -216,6 +235,18 @@ internal sealed class LinuxConnection : ConnectionContext,
         if (result > LargestRead)
         {
             LargestRead = result;
+        }
+    }
+
+    /// <summary>Zero-copy sends the kernel has not reported done yet (any thread; diagnostics and tests).</summary>
+    public int ZeroCopyInFlight
+    {
+        get
+        {
+            lock (_sendLock)
+            {
+                return _zeroCopy?.InFlight ?? 0;
+            }
         }
     }
 
@@ -445,6 +476,11 @@ internal sealed class LinuxConnection : ConnectionContext,
             long requested = batch.RequestedAt(0);
             batch.Clear();
 
+            if (CommitZeroCopy(sent) && sent == -Errno.ENOBUFS)
+            {
+                continue;
+            }
+
             if (sent < 0 && sent != -Errno.EAGAIN)
             {
                 _output.Reader.AdvanceTo(buffer.Start);
@@ -559,7 +595,21 @@ internal sealed class LinuxConnection : ConnectionContext,
 
     private void AddSendBuffers(IoBatch batch, in ReadOnlySequence<byte> buffer)
     {
-        batch.BeginOp(this, Fd);
+        int flags = 0;
+        if (_zeroCopy is { } zeroCopy && buffer.Length >= _loop.ZeroCopySendThreshold
+            && (!zeroCopy.KernelCopies || _loop.Options.ZeroCopyWhenKernelCopies))
+        {
+            if (zeroCopy.SkipNext)
+            {
+                zeroCopy.SkipNext = false;
+            }
+            else if (zeroCopy.Stage(buffer, MaxBuffersPerSend))
+            {
+                flags = NativeEngine.SendZeroCopy;
+            }
+        }
+
+        batch.BeginOp(this, Fd, flags);
         int buffers = 0;
         foreach (var segment in buffer)
         {
@@ -588,7 +638,13 @@ internal sealed class LinuxConnection : ConnectionContext,
         _hasReadResult = false;
         _readResult = default;
 
-        if (result >= 0)
+        if (CommitZeroCopy(result) && result == -Errno.ENOBUFS)
+        {
+            // Read the same bytes again; CommitZeroCopy made the next send a copying one.
+            _output.Reader.AdvanceTo(buffer.Start);
+            ReadOutput();
+        }
+        else if (result >= 0)
         {
             _output.Reader.AdvanceTo(buffer.GetPosition(result));
             if (result < requested)
@@ -615,6 +671,61 @@ internal sealed class LinuxConnection : ConnectionContext,
             _output.Reader.AdvanceTo(buffer.Start);
             EndSend(ErrorFor((int)-result, "send"), graceful: false);
         }
+    }
+
+    /// <summary>
+    /// After a send op, with the connection's send side owned: when it was a zero-copy send, the
+    /// blocks it pointed into stay held until the kernel completes it (this must happen before the
+    /// reader advances past them). True when it was one. After ENOBUFS (too many completions pending,
+    /// msg_zerocopy.rst) the next send copies.
+    /// </summary>
+    private bool CommitZeroCopy(long result)
+    {
+        if (_zeroCopy is null || !_zeroCopy.Commit(result))
+        {
+            return false;
+        }
+
+        if (result > 0)
+        {
+            _loop.Metrics.ZeroCopySends.Add(1);
+        }
+        else if (result == -Errno.ENOBUFS)
+        {
+            _zeroCopy.SkipNext = true;
+        }
+
+        return true;
+    }
+
+    /// <summary>
+    /// On the loop: takes the kernel's MSG_ZEROCOPY completions off the socket's error queue and lets
+    /// their blocks go; closes the fd if that waited for them. True when there were any.
+    /// </summary>
+    private bool ReapZeroCopy()
+    {
+        bool any = false;
+        lock (_sendLock)
+        {
+            int rc;
+            while ((rc = Interop.Socket.ReadZeroCopyCompletion(Fd, out uint first, out uint last, out bool copied)) >= 0)
+            {
+                if (rc == 1)
+                {
+                    any = true;
+                    int completed = _zeroCopy!.Complete(first, last, copied);
+                    _loop.Metrics.ZeroCopyCompletions.Add(completed, copied ? TransportMetrics.Copied : TransportMetrics.NotCopied);
+                }
+            }
+        }
+
+        if (_closeAwaitsZeroCopy && _zeroCopy!.InFlight == 0)
+        {
+            _closeAwaitsZeroCopy = false;
+            CloseOnLoop();
+        }
+
+        return any;
     }
 
     private Exception? _pendingOutputError;
@@ -731,6 +842,7 @@ internal sealed class LinuxConnection : ConnectionContext,
         }
 
         Interlocked.CompareExchange(ref _abortReason, reason, null);
+        _reset = true;
         Interop.Socket.SetLingerZero(Fd);
         EndReceive(_abortReason);
         EndSend(_abortReason, graceful: false);
@@ -756,6 +868,14 @@ internal sealed class LinuxConnection : ConnectionContext,
     {
         if (!_fdClosed)
         {
+            if (_zeroCopy is { InFlight: > 0 } && !_reset)
+            {
+                // The kernel still reads zero-copy sends from pool blocks, and their completions are
+                // lost with the fd: close once they are in (ReapZeroCopy). An abort resets instead.
+                _closeAwaitsZeroCopy = true;
+                return;
+            }
+
             lock (_sendLock)
             {
                 // A pool thread that is sending holds the lock; once it is set, none sends again.
@@ -764,6 +884,10 @@ internal sealed class LinuxConnection : ConnectionContext,
 
             _loop.Unregister(this);
             LibC.CloseFd(Fd);
+
+            // A reset's close drops the socket's queued data, and the kernel's references to the
+            // blocks with it.
+            _zeroCopy?.ReleaseAll();
             FireConnectionClosed();
         }
 

@@ -32,6 +32,10 @@ internal sealed class TransportMetrics : IDisposable
             "kestrel.transport.linux.pass.events", "{event}", "epoll events handled by one loop pass.");
         BytesPerPass = _meter.CreateHistogram<long>(
             "kestrel.transport.linux.pass.bytes", "By", "Bytes received or sent by one loop pass's batch, tagged with the direction.");
+        ZeroCopySends = _meter.CreateCounter<long>(
+            "kestrel.transport.linux.zerocopy.sends", "{send}", "Sends made with MSG_ZEROCOPY (ZeroCopySendThreshold).");
+        ZeroCopyCompletions = _meter.CreateCounter<long>(
+            "kestrel.transport.linux.zerocopy.completions", "{send}", "MSG_ZEROCOPY sends the kernel reported done, tagged zerocopy.copied=true when it copied the data after all (always over loopback).");
         SendQueueLength = _meter.CreateHistogram<int>(
             "kestrel.transport.linux.send.queue_length", "{connection}", "Connections whose deferred sends one pass coalesced into its send batch.");
 
@@ -52,6 +56,14 @@ internal sealed class TransportMetrics : IDisposable
     public Histogram<long> BytesPerPass { get; }
 
     public Histogram<int> SendQueueLength { get; }
+
+    public Counter<long> ZeroCopySends { get; }
+
+    public Counter<long> ZeroCopyCompletions { get; }
+
+    public static readonly KeyValuePair<string, object?> Copied = new("zerocopy.copied", true);
+
+    public static readonly KeyValuePair<string, object?> NotCopied = new("zerocopy.copied", false);
 
     public static readonly KeyValuePair<string, object?> Received = new("direction", "receive");
 

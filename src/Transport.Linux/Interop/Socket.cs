@@ -36,6 +36,16 @@ internal static unsafe partial class Socket
     public const int SHUT_WR = 1;
     public const int SHUT_RDWR = 2;
     public const int MSG_NOSIGNAL = 0x4000;
+    public const int MSG_ERRQUEUE = 0x2000;
+    public const int MSG_ZEROCOPY = 0x4000000;  // Linux 4.14
+
+    // The error-queue records that carry MSG_ZEROCOPY completions (ip(7), ipv6(7), linux/errqueue.h).
+    private const int SOL_IP = 0;
+    private const int IP_RECVERR = 11;
+    private const int SOL_IPV6 = 41;
+    private const int IPV6_RECVERR = 25;
+    private const byte SO_EE_ORIGIN_ZEROCOPY = 5;
+    private const byte SO_EE_CODE_ZEROCOPY_COPIED = 1;
 
     /// <summary>Large enough for sockaddr_in6 (28) and sockaddr_un (110).</summary>
     public const int MaxAddressLength = 128;
@@ -69,6 +79,9 @@ internal static unsafe partial class Socket
 
     [LibraryImport(LibC.Name, EntryPoint = "sendmsg", SetLastError = true)]
     private static partial nint sendmsg(int fd, MessageHeader* msg, int flags);
+
+    [LibraryImport(LibC.Name, EntryPoint = "recvmsg", SetLastError = true)]
+    private static partial nint recvmsg(int fd, MessageHeader* msg, int flags);
 
     [StructLayout(LayoutKind.Sequential)]
     private struct MessageHeader
@@ -141,13 +154,65 @@ internal static unsafe partial class Socket
         return getsockname(fd, buffer, &len) == 0 ? ParseAddress(new ReadOnlySpan<byte>(buffer, (int)len)) : null;
     }
 
-    /// <summary>sendmsg(2) with MSG_NOSIGNAL, so a closed peer gives EPIPE instead of SIGPIPE.</summary>
-    public static long Send(int fd, Iovec* iov, int iovCount)
+    /// <summary>
+    /// sendmsg(2) with MSG_NOSIGNAL, so a closed peer gives EPIPE instead of SIGPIPE; with
+    /// <paramref name="zeroCopy"/> also MSG_ZEROCOPY (the buffers must then stay unchanged until
+    /// <see cref="ReadZeroCopyCompletion"/> reports this send).
+    /// </summary>
+    public static long Send(int fd, Iovec* iov, int iovCount, bool zeroCopy = false)
     {
         MessageHeader header = default;
         header.Iov = iov;
         header.IovLength = (nuint)iovCount;
-        return Errno.Check((long)sendmsg(fd, &header, MSG_NOSIGNAL));
+        return Errno.Check((long)sendmsg(fd, &header, MSG_NOSIGNAL | (zeroCopy ? MSG_ZEROCOPY : 0)));
+    }
+
+    /// <summary>
+    /// Takes one MSG_ZEROCOPY completion off the socket's error queue (msg_zerocopy.rst): 1 with the
+    /// inclusive range of send ids it completes, and whether the kernel copied the data after all;
+    /// 0 when the queue holds no completion; or -errno (-EAGAIN: the queue is empty).
+    /// </summary>
+    public static int ReadZeroCopyCompletion(int fd, out uint first, out uint last, out bool copied)
+    {
+        first = last = 0;
+        copied = false;
+        // cmsghdr (16 bytes on LP64) + sock_extended_err (16), with room to spare.
+        ulong* control = stackalloc ulong[16];
+        MessageHeader header = default;
+        header.Control = control;
+        header.ControlLength = 16 * sizeof(ulong);
+        long rc = Errno.Check((long)recvmsg(fd, &header, MSG_ERRQUEUE));
+        if (rc < 0)
+        {
+            return (int)rc;
+        }
+
+        byte* cmsg = (byte*)control;
+        byte* end = cmsg + header.ControlLength;
+        while (cmsg + 16 <= end)
+        {
+            nuint length = *(nuint*)cmsg;
+            int level = *(int*)(cmsg + 8);
+            int type = *(int*)(cmsg + 12);
+            if (length < 16 + 16 || cmsg + length > end)
+            {
+                break;
+            }
+
+            byte* error = cmsg + 16; // struct sock_extended_err
+            if (((level == SOL_IP && type == IP_RECVERR) || (level == SOL_IPV6 && type == IPV6_RECVERR))
+                && error[4] == SO_EE_ORIGIN_ZEROCOPY && *(uint*)error == 0)
+            {
+                copied = (error[6] & SO_EE_CODE_ZEROCOPY_COPIED) != 0;
+                first = *(uint*)(error + 8);
+                last = *(uint*)(error + 12);
+                return 1;
+            }
+
+            cmsg += (length + 7) & ~(nuint)7;
+        }
+
+        return 0;
     }
 
     /// <summary>Writes the sockaddr for an IP endpoint into <paramref name="buffer"/>; returns its length.</summary>

@@ -1,4 +1,3 @@
-using System.Collections.Concurrent;
 using System.Diagnostics.Metrics;
 using System.Net;
 using System.Net.Sockets;
@@ -94,54 +93,5 @@ public sealed class MetricsTests
 
         Assert.Equal(2, recorder.Sum("kestrel.transport.linux.aio.fallbacks"));
         Assert.All(factory.Loops, loop => Assert.False(loop.UsesAio));
-    }
-
-    /// <summary>Records every measurement of the instruments created by one meter factory (so parallel tests don't mix).</summary>
-    private sealed class MeasurementRecorder : IDisposable
-    {
-        private readonly MeterListener _listener = new();
-        private readonly ConcurrentQueue<(string Name, double Value, string? Direction)> _measurements = new();
-
-        public MeasurementRecorder(IMeterFactory scope)
-        {
-            _listener.InstrumentPublished = (instrument, listener) =>
-            {
-                if (instrument.Meter.Scope == scope && instrument.Meter.Name == TransportMetrics.MeterName)
-                {
-                    listener.EnableMeasurementEvents(instrument);
-                }
-            };
-            _listener.SetMeasurementEventCallback<long>((i, v, tags, _) => Record(i, v, tags));
-            _listener.SetMeasurementEventCallback<int>((i, v, tags, _) => Record(i, v, tags));
-            _listener.Start();
-        }
-
-        public void Collect() => _listener.RecordObservableInstruments();
-
-        public long Sum(string name) => (long)_measurements.Where(m => m.Name == name).Sum(m => m.Value);
-
-        public long Sum(string name, string direction)
-            => (long)_measurements.Where(m => m.Name == name && m.Direction == direction).Sum(m => m.Value);
-
-        public int Count(string name) => _measurements.Count(m => m.Name == name);
-
-        public long Last(string name, string? direction = null)
-            => (long)_measurements.Where(m => m.Name == name && m.Direction == direction).Select(m => m.Value).LastOrDefault();
-
-        public void Dispose() => _listener.Dispose();
-
-        private void Record(Instrument instrument, double value, ReadOnlySpan<KeyValuePair<string, object?>> tags)
-        {
-            string? direction = null;
-            foreach (var tag in tags)
-            {
-                if (tag.Key == "direction")
-                {
-                    direction = tag.Value as string;
-                }
-            }
-
-            _measurements.Enqueue((instrument.Name, value, direction));
-        }
     }
 }

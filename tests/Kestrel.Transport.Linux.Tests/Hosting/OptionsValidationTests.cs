@@ -29,6 +29,9 @@ public sealed class OptionsValidationTests(ITestOutputHelper output)
     [InlineData("BusyPollMicroseconds", -1)]
     [InlineData("BusyPollMicroseconds", 1_000_001)]
     [InlineData("TcpNotSentLowAtBytes", -1)]
+    [InlineData("ZeroCopySendThreshold", -1)]
+    [InlineData("ZeroCopySendThreshold", 1)]
+    [InlineData("ZeroCopySendThreshold", 1023)]
     public void Out_of_range_socket_options_are_refused_with_the_option_named(string option, int value)
     {
         var options = new LinuxTransportOptions();

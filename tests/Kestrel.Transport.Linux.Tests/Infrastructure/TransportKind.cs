@@ -30,6 +30,12 @@ public enum TransportKind
     /// flush on its next pass (host tests only).
     /// </summary>
     LinuxImmediateSend,
+
+    /// <summary>
+    /// The Linux transport, native engine, with zero-copy sends from 1 KiB on, kept on over loopback
+    /// (where the kernel copies anyway and would otherwise turn them off after the first completion).
+    /// </summary>
+    LinuxZeroCopy,
 }
 
 /// <summary>The theory data that selects transports, and the options each kind stands for.</summary>
@@ -40,14 +46,14 @@ public static class Transports
 
     /// <summary>Transport-level tests: the test drives the pipes itself, so Inline scheduling adds nothing there.</summary>
     public static TheoryData<TransportKind> ConnectionLevel =>
-        new() { TransportKind.Sockets, TransportKind.LinuxNative, TransportKind.LinuxManaged, TransportKind.LinuxAio };
+        new() { TransportKind.Sockets, TransportKind.LinuxNative, TransportKind.LinuxManaged, TransportKind.LinuxAio, TransportKind.LinuxZeroCopy };
 
     /// <summary>Host-level tests: every kind, Inline included.</summary>
     public static TheoryData<TransportKind> HostLevel =>
         new()
         {
             TransportKind.Sockets, TransportKind.LinuxNative, TransportKind.LinuxManaged, TransportKind.LinuxInline,
-            TransportKind.LinuxAio, TransportKind.LinuxImmediateSend,
+            TransportKind.LinuxAio, TransportKind.LinuxImmediateSend, TransportKind.LinuxZeroCopy,
         };
 
     /// <summary>For behaviour only the Linux transport has (its own options).</summary>
@@ -69,6 +75,9 @@ public static class Transports
 
         // These two test the loop's own send paths, which sends from the pool threads would bypass.
         options.SendFromThreadPool = kind is not (TransportKind.LinuxAio or TransportKind.LinuxImmediateSend);
+
+        options.ZeroCopySendThreshold = kind == TransportKind.LinuxZeroCopy ? 1024 : 0;
+        options.ZeroCopyWhenKernelCopies = kind == TransportKind.LinuxZeroCopy;
     }
 
     /// <summary>

@@ -1,0 +1,321 @@
+using System.Buffers;
+using System.Diagnostics.Metrics;
+using System.Net;
+using System.Net.Sockets;
+using Kestrel.Transport.Linux.Internal;
+using Kestrel.Transport.Linux.Tests.Infrastructure;
+using Microsoft.AspNetCore.Connections;
+using Microsoft.Extensions.DependencyInjection;
+using Microsoft.Extensions.Options;
+
+namespace Kestrel.Transport.Linux.Tests.Transport;
+
+/// <summary>
+/// MSG_ZEROCOPY sends (ZeroCopySendThreshold): the kernel reads the app's bytes from pool blocks after
+/// sendmsg has returned, so a block may go back to the pool only once the kernel's completion for every
+/// send over it has been read from the socket's error queue. The connection-level and host-level suites
+/// also run whole with zero-copy on (TransportKind.LinuxZeroCopy); these tests look at what only it has.
+/// </summary>
+public sealed class ZeroCopyTests(ITestOutputHelper output)
+{
+    private const string Sends = "kestrel.transport.linux.zerocopy.sends";
+    private const string Completions = "kestrel.transport.linux.zerocopy.completions";
+    private const int Threshold = 16 * 1024;
+
+    [Theory]
+    [InlineData(true)]
+    [InlineData(false)]
+    public async Task Large_writes_go_out_zero_copy_arrive_intact_and_every_block_comes_back(bool sendFromThreadPool)
+    {
+        const int Connections = 4;
+        const int Length = 2 * 1024 * 1024;
+        await using var server = new ZeroCopyServer(output, keepWhenCopied: true, o => o.SendFromThreadPool = sendFromThreadPool);
+
+        var transfers = new List<Task>();
+        for (int i = 0; i < Connections; i++)
+        {
+            ulong seed = (ulong)i + 1;
+            var client = await TestSockets.ConnectAsync(await server.BindAsync());
+            var connection = await server.AcceptAsync();
+            transfers.Add(Task.Run(async () =>
+            {
+                using (client)
+                {
+                    var received = client.ReceiveToEndHashedAsync(TestTimeouts.Large);
+                    await WriteAsync(connection, seed, Length);
+                    await connection.Transport.Output.CompleteAsync();
+                    var (length, sha256) = await received;
+                    Assert.Equal(Length, length);
+                    Assert.Equal(TestData.Sha256(seed, Length), sha256);
+                    await connection.DisposeAsync().AsTask().WaitAsync(TestTimeouts.Default);
+                }
+            }));
+        }
+
+        await Task.WhenAll(transfers).WaitAsync(TestTimeouts.Large);
+
+        long sends = server.Recorder.Sum(Sends);
+        output.WriteLine($"{sends} zero-copy sends for {Connections} × {Length} bytes.");
+        Assert.True(sends >= Connections, $"Expected zero-copy sends on every connection, counted {sends}.");
+        Assert.Equal(sends, server.Recorder.Sum(Completions));
+        server.AssertNoBlockHeld();
+    }
+
+    /// <summary>
+    /// The completions are lost with the fd, so a graceful close waits for them. Over loopback the
+    /// client's receive window holds the rest of the data in the server's socket until the client reads.
+    /// </summary>
+    [Fact]
+    public async Task A_graceful_close_waits_until_the_kernel_is_done_with_the_zero_copy_sends()
+    {
+        const int Length = 512 * 1024;
+        const ulong Seed = 42;
+        await using var server = new ZeroCopyServer(output, keepWhenCopied: true);
+        using var client = await TestSockets.ConnectAsync(await server.BindAsync());
+        var connection = await server.AcceptAsync();
+
+        await WriteAsync(connection, Seed, Length);
+        await connection.Transport.Output.CompleteAsync();
+        await server.WaitUntilSentAsync(Length);
+        var linux = Assert.IsType<LinuxConnection>(connection);
+        Assert.True(linux.ZeroCopyInFlight > 0, "The client reads nothing, yet every zero-copy send has completed: the test cannot see a premature close.");
+
+        var disposed = connection.DisposeAsync().AsTask();
+        await Task.Delay(300);
+        Assert.False(disposed.IsCompleted, "The connection closed its fd while the kernel still held zero-copy sends.");
+        Assert.True(linux.ZeroCopyInFlight > 0);
+
+        var (length, sha256) = await client.ReceiveToEndHashedAsync(TestTimeouts.Large);
+        Assert.Equal(Length, length);
+        Assert.Equal(TestData.Sha256(Seed, Length), sha256);
+        await disposed.WaitAsync(TestTimeouts.Default);
+        Assert.Equal(0, linux.ZeroCopyInFlight);
+        server.AssertNoBlockHeld();
+    }
+
+    /// <summary>A reset drops the queued data with the socket, so its blocks go back at once.</summary>
+    [Fact]
+    public async Task An_abort_with_zero_copy_sends_in_flight_resets_and_returns_their_blocks()
+    {
+        const int Length = 512 * 1024;
+        await using var server = new ZeroCopyServer(output, keepWhenCopied: true);
+        using var client = await TestSockets.ConnectAsync(await server.BindAsync());
+        var connection = await server.AcceptAsync();
+
+        await WriteAsync(connection, 7, Length);
+        await server.WaitUntilSentAsync(Length);
+        var linux = Assert.IsType<LinuxConnection>(connection);
+        Assert.True(linux.ZeroCopyInFlight > 0, "Every zero-copy send completed before the abort: the test would prove nothing.");
+
+        connection.Abort(new ConnectionAbortedException("test abort"));
+        await connection.DisposeAsync().AsTask().WaitAsync(TestTimeouts.Default);
+        Assert.Equal(0, linux.ZeroCopyInFlight);
+        server.AssertNoBlockHeld();
+
+        var error = await Assert.ThrowsAsync<SocketException>(() => client.ReceiveToEndAsync(TestTimeouts.Default));
+        Assert.Equal(SocketError.ConnectionReset, error.SocketErrorCode);
+    }
+
+    /// <summary>
+    /// Over loopback the kernel copies each send on delivery and says so in the completion; the
+    /// connection then stops asking for zero-copy (msg_zerocopy.rst), which costs it nothing to find out.
+    /// </summary>
+    [Fact]
+    public async Task After_the_kernel_reports_a_copy_the_connection_sends_by_copying()
+    {
+        const int Length = 256 * 1024;
+        await using var server = new ZeroCopyServer(output, keepWhenCopied: false);
+        using var client = await TestSockets.ConnectAsync(await server.BindAsync());
+        var connection = await server.AcceptAsync();
+
+        await WriteAsync(connection, 1, Length);
+        await client.ReceiveExactlyAsync(new byte[Length], TestTimeouts.Default);
+        long sends = await server.WaitForAllCompletionsAsync();
+        Assert.True(sends > 0, "No send went out with MSG_ZEROCOPY.");
+        Assert.Equal(sends, server.Recorder.Sum(Completions, "zerocopy.copied=true"));
+
+        await WriteAsync(connection, 2, Length);
+        await client.ReceiveExactlyAsync(new byte[Length], TestTimeouts.Default);
+        Assert.Equal(sends, server.Recorder.Sum(Sends));
+
+        await connection.Transport.Output.CompleteAsync();
+        await client.ReceiveToEndAsync(TestTimeouts.Default);
+        await connection.DisposeAsync().AsTask().WaitAsync(TestTimeouts.Default);
+        server.AssertNoBlockHeld();
+    }
+
+    /// <summary>
+    /// The bookkeeping alone, over real pool blocks: ids count from the first one modulo 2^32, and blocks
+    /// go back in send order once both the pipe and the kernel are done with them.
+    /// </summary>
+    [Fact]
+    public void Completions_return_blocks_in_send_order_across_the_id_wrap()
+    {
+        var diagnostics = new DiagnosticMemoryPoolFactory();
+        var inner = diagnostics.Create();
+        var pool = new ZeroCopyMemoryPool(inner);
+        var sends = new ZeroCopySends(firstId: uint.MaxValue - 1);
+
+        // Memory the pool did not lend is never sent zero-copy.
+        Assert.False(sends.Stage(new ReadOnlySequence<byte>(new byte[64]), 64));
+        Assert.False(sends.Commit(64));
+
+        var blocks = new IMemoryOwner<byte>[3];
+        for (int i = 0; i < blocks.Length; i++)
+        {
+            blocks[i] = pool.Rent(DiagnosticMemoryPoolFactory.BlockSize);
+            Assert.True(sends.Stage(new ReadOnlySequence<byte>(blocks[i].Memory), 64));
+            if (i == 1)
+            {
+                // A call that failed took no id: the next one gets it.
+                Assert.True(sends.Commit(-11));
+                Assert.True(sends.Stage(new ReadOnlySequence<byte>(blocks[i].Memory), 64));
+            }
+
+            Assert.True(sends.Commit(100));
+        }
+
+        Assert.Equal(3, sends.InFlight);
+        foreach (var block in blocks)
+        {
+            block.Dispose(); // the pipe lets go
+        }
+
+        Assert.Equal(3, pool.Outstanding);
+
+        // Ids are 2^32-2, 2^32-1 and 0. The last completes first: nothing goes back yet.
+        Assert.Equal(1, sends.Complete(0, 0, copied: false));
+        Assert.Equal(3, sends.InFlight);
+        Assert.Equal(3, pool.Outstanding);
+
+        // One range across the wrap completes the first two, and all three go back.
+        Assert.Equal(2, sends.Complete(uint.MaxValue - 1, uint.MaxValue, copied: true));
+        Assert.True(sends.KernelCopies);
+        Assert.Equal(0, sends.InFlight);
+        Assert.Equal(0, pool.Outstanding);
+
+        // A block the kernel is done with stays the pipe's until the pipe lets go.
+        var held = pool.Rent(DiagnosticMemoryPoolFactory.BlockSize);
+        Assert.True(sends.Stage(new ReadOnlySequence<byte>(held.Memory), 64));
+        Assert.True(sends.Commit(1));
+        Assert.Equal(1, sends.Complete(1, 1, copied: false));
+        Assert.Equal(1, pool.Outstanding);
+        held.Dispose();
+        Assert.Equal(0, pool.Outstanding);
+
+        inner.Dispose();
+        diagnostics.AssertAllReturned();
+    }
+
+    private static async Task WriteAsync(ConnectionContext connection, ulong seed, int length)
+    {
+        var chunk = new byte[64 * 1024];
+        for (int position = 0; position < length; position += chunk.Length)
+        {
+            int size = Math.Min(chunk.Length, length - position);
+            TestData.Fill(seed, position, chunk.AsSpan(0, size));
+            var flush = await connection.Transport.Output.WriteAsync(chunk.AsMemory(0, size)).AsTask().WaitAsync(TestTimeouts.Large);
+            Assert.False(flush.IsCompleted, "The transport completed the output before the data was written.");
+        }
+    }
+
+    /// <summary>A Linux transport with zero-copy sends from 16 KiB, its meter and its checked memory pool.</summary>
+    private sealed class ZeroCopyServer : IAsyncDisposable
+    {
+        private readonly ServiceProvider _services;
+        private readonly DiagnosticMemoryPoolFactory _pool = new();
+        private readonly LinuxTransportFactory _factory;
+        private readonly Microsoft.Extensions.Logging.ILoggerFactory _loggerFactory;
+        private IConnectionListener? _listener;
+
+        public ZeroCopyServer(ITestOutputHelper output, bool keepWhenCopied, Action<LinuxTransportOptions>? configure = null)
+        {
+            TransportKind.LinuxNative.AssertEngineAvailable();
+            _services = new ServiceCollection().AddMetrics().BuildServiceProvider();
+            var meterFactory = _services.GetRequiredService<IMeterFactory>();
+            Recorder = new MeasurementRecorder(meterFactory);
+            var options = new LinuxTransportOptions
+            {
+                ThreadCount = 2,
+                ZeroCopySendThreshold = Threshold,
+                ZeroCopyWhenKernelCopies = keepWhenCopied,
+
+                // Room for the test's whole write in the pipe, so the app never waits on the client.
+                MaxWriteBufferSize = 4 * 1024 * 1024,
+            };
+            configure?.Invoke(options);
+            _loggerFactory = TestOutputLoggerProvider.CreateFactory(output);
+            _factory = new LinuxTransportFactory(Options.Create(options), _loggerFactory, _pool, meterFactory);
+        }
+
+        public MeasurementRecorder Recorder { get; }
+
+        /// <summary>Binds a loopback listener on the first call; returns its endpoint.</summary>
+        public async Task<EndPoint> BindAsync()
+        {
+            _listener ??= await _factory.BindAsync(new IPEndPoint(IPAddress.Loopback, 0));
+            return _listener.EndPoint;
+        }
+
+        public async Task<ConnectionContext> AcceptAsync()
+        {
+            Assert.NotNull(_listener);
+            var connection = await _listener.AcceptAsync().AsTask().WaitAsync(TestTimeouts.Default);
+            Assert.NotNull(connection);
+            return connection;
+        }
+
+        /// <summary>Waits until the transport has handed <paramref name="bytes"/> to the kernel.</summary>
+        public async Task WaitUntilSentAsync(long bytes)
+        {
+            using var cts = new CancellationTokenSource(TestTimeouts.Default);
+            long sent;
+            while ((sent = SentBytes()) < bytes)
+            {
+                await Task.Delay(10, cts.Token);
+            }
+
+            Assert.Equal(bytes, sent);
+        }
+
+        /// <summary>Waits until the kernel has completed every zero-copy send; returns their number.</summary>
+        public async Task<long> WaitForAllCompletionsAsync()
+        {
+            using var cts = new CancellationTokenSource(TestTimeouts.Default);
+            while (Recorder.Sum(Completions) < Recorder.Sum(Sends))
+            {
+                await Task.Delay(10, cts.Token);
+            }
+
+            Assert.Equal(Recorder.Sum(Sends), Recorder.Sum(Completions));
+            return Recorder.Sum(Sends);
+        }
+
+        /// <summary>Every block of the output pipes is back in the loops' pools.</summary>
+        public void AssertNoBlockHeld()
+        {
+            foreach (var loop in _factory.Loops)
+            {
+                Assert.NotNull(loop.ZeroCopyPool);
+                Assert.Equal(0, loop.ZeroCopyPool.Outstanding);
+            }
+        }
+
+        public async ValueTask DisposeAsync()
+        {
+            if (_listener is not null)
+            {
+                await _listener.DisposeAsync();
+            }
+
+            await _factory.DisposeAsync();
+            Recorder.Dispose();
+            await _services.DisposeAsync();
+            _loggerFactory.Dispose();
+            Assert.True(_pool.TotalRented > 0);
+            _pool.AssertAllReturned();
+        }
+
+        private long SentBytes() => _factory.Loops.Sum(l => l.BytesSent);
+    }
+}
