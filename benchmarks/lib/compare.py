@@ -177,6 +177,8 @@ def main_scenarios(quick: bool) -> list[Scenario]:
                  "/plaintext", 64, headers=("Connection: close",)),
         Scenario("upload256k-64", "upload: POST 256 KiB bodies to /plaintext (drained by Kestrel), 64 connections",
                  "/plaintext", 64, body_kib=256),
+        Scenario("download256k-64", "download: GET 256 KiB bodies (MVC action, 64 KiB writes), 64 connections",
+                 "/download/256", 64),
     ]
     if quick:
         keep = {"plaintext16-256", "json-256", "json-2", "text-256", "churn-64"}

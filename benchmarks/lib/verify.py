@@ -72,6 +72,8 @@ EXPECTATIONS: dict[str, Expectation] = {
     "/xml": Expectation(("application/xml", "text/xml"), body_kind="xml", require_content_length=False),
     "/html": Expectation(("text/html",), body_kind="html", require_content_length=False),
     "/api/test": Expectation(("application/json", "text/plain"), body_kind="any", require_content_length=False),
+    # The sample's large response: byte i is i % 251 (ScenariosController.Download).
+    "/download/256": Expectation(("application/octet-stream",), body=bytes(i % 251 for i in range(256 * 1024))),
 }
 
 

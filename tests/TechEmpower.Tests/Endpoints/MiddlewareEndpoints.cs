@@ -23,6 +23,27 @@ public abstract partial class MiddlewareEndpoints<TFixture>(TFixture sample) : S
         Assert.Equal("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789", System.Text.Encoding.UTF8.GetString(body));
     }
 
+    /// <summary>300 KiB spans several of the action's writes and many of the transport's sends.</summary>
+    [Fact]
+    public async Task Download_is_the_requested_number_of_pattern_bytes()
+    {
+        using var response = await Sample.Client.GetAsync(new Uri("/download/300", UriKind.Relative));
+        var body = await TechEmpowerRules.VerifyAsync(response, "application/octet-stream");
+        Assert.Equal(300 * 1024, body.Length);
+        int wrong = Enumerable.Range(0, body.Length).FirstOrDefault(i => body[i] != (byte)(i % 251), -1);
+        Assert.Equal(-1, wrong);
+    }
+
+    [Theory]
+    [InlineData("/download/0")]
+    [InlineData("/download/16385")]
+    [InlineData("/download/x")]
+    public async Task Download_sizes_outside_1_to_16384_KiB_are_not_found(string path)
+    {
+        using var response = await Sample.Client.GetAsync(new Uri(path, UriKind.Relative));
+        Assert.Equal(System.Net.HttpStatusCode.NotFound, response.StatusCode);
+    }
+
     [Fact]
     public async Task Json_object_has_a_guid_a_string_an_int_and_ten_ints()
     {
