@@ -522,7 +522,15 @@ static void test_send_zerocopy(const io_mode *m)
     int64_t sent;
 
     tcp_pair(fds);
-    CHECK_EQ(setsockopt(fds[0], SOL_SOCKET, SO_ZEROCOPY, &(int){ 1 }, sizeof(int)), 0);
+    if (setsockopt(fds[0], SOL_SOCKET, SO_ZEROCOPY, &(int){ 1 }, sizeof(int)) != 0) {
+        /* qemu-user does not pass SO_ZEROCOPY on; a real kernel since 4.14 takes it. */
+        const char *allow = getenv("KTL_TEST_ALLOW_NO_ZEROCOPY");
+        CHECK(allow != NULL && strcmp(allow, "1") == 0);
+        printf("[%s] SO_ZEROCOPY unavailable (%s): zero-copy send test not run\n", m->name, strerror(errno));
+        close_pair(fds);
+        ktl_engine_destroy(engine);
+        return;
+    }
 
     for (unsigned round = 0; round < 2; round++) {
         struct iovec iov = { out, LEN };
