@@ -476,7 +476,7 @@ internal sealed class LinuxConnection : ConnectionContext,
             long requested = batch.RequestedAt(0);
             batch.Clear();
 
-            if (CommitZeroCopy(sent) && sent == -Errno.ENOBUFS)
+            if (CommitZeroCopy(sent))
             {
                 continue;
             }
@@ -638,7 +638,7 @@ internal sealed class LinuxConnection : ConnectionContext,
         _hasReadResult = false;
         _readResult = default;
 
-        if (CommitZeroCopy(result) && result == -Errno.ENOBUFS)
+        if (CommitZeroCopy(result))
         {
             // Read the same bytes again; CommitZeroCopy made the next send a copying one.
             _output.Reader.AdvanceTo(buffer.Start);
@@ -676,8 +676,8 @@ internal sealed class LinuxConnection : ConnectionContext,
     /// <summary>
     /// After a send op, with the connection's send side owned: when it was a zero-copy send, the
     /// blocks it pointed into stay held until the kernel completes it (this must happen before the
-    /// reader advances past them). True when it was one. After ENOBUFS (too many completions pending,
-    /// msg_zerocopy.rst) the next send copies.
+    /// reader advances past them). True when it was one that failed with ENOBUFS (too many completions
+    /// pending, msg_zerocopy.rst): the caller sends the same bytes again, and that send copies.
     /// </summary>
     private bool CommitZeroCopy(long result)
     {
@@ -690,12 +690,9 @@ internal sealed class LinuxConnection : ConnectionContext,
         {
             _loop.Metrics.ZeroCopySends.Add(1);
         }
-        else if (result == -Errno.ENOBUFS)
-        {
-            _zeroCopy.SkipNext = true;
-        }
 
-        return true;
+        _zeroCopy.SkipNext = result == -Errno.ENOBUFS;
+        return _zeroCopy.SkipNext;
     }
 
     /// <summary>

@@ -104,7 +104,6 @@ internal sealed class ZeroCopySends(uint firstId = 0)
     private readonly Queue<ZeroCopyBlock> _held = new();
     private readonly List<(uint Id, int Blocks, bool Done)> _sends = [];
     private uint _nextId = firstId;
-    private bool _isStaged;
 
     /// <summary>Set once the kernel reported that it copied a send (loopback, or a device without scatter-gather).</summary>
     public bool KernelCopies { get; private set; }
@@ -122,7 +121,6 @@ internal sealed class ZeroCopySends(uint firstId = 0)
     public bool Stage(in ReadOnlySequence<byte> buffer, int maxSegments)
     {
         _staged.Clear();
-        _isStaged = false;
         foreach (var segment in buffer)
         {
             if (segment.IsEmpty)
@@ -143,8 +141,7 @@ internal sealed class ZeroCopySends(uint firstId = 0)
             }
         }
 
-        _isStaged = _staged.Count > 0;
-        return _isStaged;
+        return _staged.Count > 0;
     }
 
     /// <summary>
@@ -153,12 +150,11 @@ internal sealed class ZeroCopySends(uint firstId = 0)
     /// </summary>
     public bool Commit(long sent)
     {
-        if (!_isStaged)
+        if (_staged.Count == 0)
         {
             return false;
         }
 
-        _isStaged = false;
         if (sent > 0)
         {
             foreach (var block in _staged)
@@ -219,6 +215,5 @@ internal sealed class ZeroCopySends(uint firstId = 0)
 
         _sends.Clear();
         _staged.Clear();
-        _isStaged = false;
     }
 }
