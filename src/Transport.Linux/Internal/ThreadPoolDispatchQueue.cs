@@ -19,6 +19,18 @@ internal sealed class ThreadPoolDispatchQueue(EventLoop loop) : PipeScheduler, I
     /// <summary>A continuation running longer than this with work queued behind it gets help whatever its thread's state (50 ms).</summary>
     private static readonly long s_forceHelpTicks = Stopwatch.Frequency / 20;
 
+    /// <summary>
+    /// How long one turn of the batch keeps its pool thread (1 ms) before it queues itself again behind
+    /// the pool's other work. The thread pool sizes itself from work-item completions (hill climbing)
+    /// and from how recently it dequeued anything (starvation detection), and it takes a work item that
+    /// never returns for a blocked thread: a batch that drained for as long as a busy loop kept feeding
+    /// it showed the pool some 10 completions a second, and the pool answered with up to 9 workers on
+    /// one CPU (ClimbingMove and Starvation adjustments), which then spun and contended for the pipes'
+    /// locks. Kestrel's Sockets transport shows it tens of thousands. The turn is timed with the clock
+    /// the batch already reads for every continuation.
+    /// </summary>
+    private static readonly long s_turnTicks = Stopwatch.Frequency / 1000;
+
     [ThreadStatic]
     private static ThreadPoolDispatchQueue? t_running;
 
@@ -39,6 +51,7 @@ internal sealed class ThreadPoolDispatchQueue(EventLoop loop) : PipeScheduler, I
     private long _lastProbe;
     private int _statPathThread;
     private string _statPath = "";
+    private long _turns;
 
     private string StatPath(int tid)
     {
@@ -77,6 +90,9 @@ internal sealed class ThreadPoolDispatchQueue(EventLoop loop) : PipeScheduler, I
 
     /// <summary>True from the moment a batch is queued until every thread running it has finished.</summary>
     public bool IsActive => Volatile.Read(ref _scheduled) != 0 || Volatile.Read(ref _running) > 0;
+
+    /// <summary>How many turns batches have taken on pool threads (tests).</summary>
+    internal long Turns => Volatile.Read(ref _turns);
 
     /// <summary>True on a thread-pool thread that is running this queue's batch.</summary>
     public bool IsBatchThread => t_running == this;
@@ -162,15 +178,28 @@ internal sealed class ThreadPoolDispatchQueue(EventLoop loop) : PipeScheduler, I
         t_running = this;
         int threadId = t_threadId == 0 ? (t_threadId = Affinity.CurrentThreadId()) : t_threadId;
         Interlocked.Increment(ref _running);
+        Interlocked.Increment(ref _turns);
         try
         {
+            long turnEnds = Stopwatch.GetTimestamp() + s_turnTicks;
             while (true)
             {
                 while (TryTake(out var work))
                 {
+                    long now = Stopwatch.GetTimestamp();
                     Volatile.Write(ref _itemThread, threadId);
-                    Volatile.Write(ref _itemStarted, Stopwatch.GetTimestamp());
+                    Volatile.Write(ref _itemStarted, now);
                     work.Run();
+
+                    if (now >= turnEnds && !IsEmpty)
+                    {
+                        // The turn is over with work left: hand the thread back to the pool and queue
+                        // the rest behind what the pool already holds. _scheduled stays 1, so nobody
+                        // else queues the batch meanwhile, and nothing is left behind.
+                        Volatile.Write(ref _itemStarted, 0);
+                        System.Threading.ThreadPool.UnsafeQueueUserWorkItem(this, preferLocal: false);
+                        return;
+                    }
                 }
 
                 Volatile.Write(ref _itemStarted, 0);

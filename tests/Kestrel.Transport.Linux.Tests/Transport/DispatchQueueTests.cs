@@ -87,6 +87,57 @@ public sealed class DispatchQueueTests : IDisposable
     /// It records what it saw instead of asserting: an exception on a dispatch-queue thread would take
     /// the test host down rather than fail the test.
     /// </summary>
+    [Fact]
+    public void A_batch_that_stays_busy_hands_its_pool_thread_back_every_turn_and_runs_everything()
+    {
+        // 400 continuations of 250 µs each, every one queuing the next two ahead of time, so the queue
+        // never empties for about 100 ms. Drained in one go, that is one work item in the pool's eyes
+        // (and a thread it takes for blocked); in 1 ms turns it is some 100.
+        const int Count = 400;
+        var queue = (ThreadPoolDispatchQueue)_loop.ApplicationScheduler;
+        var ran = new List<int>(Count);
+        var done = new ManualResetEventSlim();
+        long turnsBefore = queue.Turns;
+        Action<object?>? step = null;
+        step = state =>
+        {
+            int i = (int)state!;
+            lock (ran)
+            {
+                ran.Add(i);
+            }
+
+            if (i + 2 < Count)
+            {
+                queue.Schedule(step!, i + 2);
+            }
+
+            var spin = Stopwatch.StartNew();
+            while (spin.Elapsed < TimeSpan.FromMicroseconds(250))
+            {
+            }
+
+            if (i == Count - 1)
+            {
+                done.Set();
+            }
+        };
+
+        queue.Schedule(step, 0);
+        queue.Schedule(step, 1);
+        Assert.True(done.Wait(TimeSpan.FromSeconds(30)), "the busy batch never finished");
+
+        long turns = queue.Turns - turnsBefore;
+        Assert.True(turns >= 10, $"the batch ran {Count} continuations of 250 µs in {turns} turn(s); it should yield its pool thread every millisecond");
+        lock (ran)
+        {
+            // Each exactly once. (Not necessarily in order: on a starved machine a continuation can be
+            // off its CPU for over 50 ms, and HelpIfStalled then adds a second drainer.)
+            ran.Sort();
+            Assert.Equal(Enumerable.Range(0, Count), ran);
+        }
+    }
+
     private Action<object?> WaitsForTheLoop(Outcome outcome, bool afterTheLoopSleeps) => _ =>
     {
         outcome.LoopSlept = !afterTheLoopSleeps || LoopSleeps();
