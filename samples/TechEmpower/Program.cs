@@ -13,6 +13,8 @@ using TechEmpower.Platform;
 // TechEmpower plaintext and JSON (and the app scenarios of the hosting-model comparisons) on Kestrel,
 // over the Linux transport by default. Run with --help for the options.
 
+ThreadPoolLog.StartIfRequested();
+
 if (!SampleOptions.TryParse(args, out var options, out var error))
 {
     Console.Error.WriteLine($"error: {error}");
