@@ -59,6 +59,7 @@ public sealed class ZeroCopyTests(ITestOutputHelper output)
         Assert.True(sends >= Connections, $"Expected zero-copy sends on every connection, counted {sends}.");
         Assert.Equal(sends, server.Recorder.Sum(Completions));
         server.AssertNoBlockHeld();
+        await server.StopAndAssertPoolCleanAsync();
     }
 
     /// <summary>
@@ -91,6 +92,7 @@ public sealed class ZeroCopyTests(ITestOutputHelper output)
         await disposed.WaitAsync(TestTimeouts.Default);
         Assert.Equal(0, linux.ZeroCopyInFlight);
         server.AssertNoBlockHeld();
+        await server.StopAndAssertPoolCleanAsync();
     }
 
     /// <summary>A reset drops the queued data with the socket, so its blocks go back at once.</summary>
@@ -114,11 +116,16 @@ public sealed class ZeroCopyTests(ITestOutputHelper output)
 
         var error = await Assert.ThrowsAsync<SocketException>(() => client.ReceiveToEndAsync(TestTimeouts.Default));
         Assert.Equal(SocketError.ConnectionReset, error.SocketErrorCode);
+        await server.StopAndAssertPoolCleanAsync();
     }
 
     /// <summary>
-    /// Over loopback the kernel copies each send on delivery and says so in the completion; the
-    /// connection then stops asking for zero-copy (msg_zerocopy.rst), which costs it nothing to find out.
+    /// Over loopback the kernel copies sends on delivery and says so in the completion; the connection
+    /// then stops asking for zero-copy (msg_zerocopy.rst), which costs it nothing to find out. The test
+    /// no longer assumes that every loopback completion carries the flag. The kernel merges consecutive
+    /// completions into one range, keeping the flag of the range it extends. One CI run (3ad2def)
+    /// failed before the second write with 65 blocks rented, which fits only that assumption failing.
+    /// The switch needs one copied completion, so that is the precondition.
     /// </summary>
     [Fact]
     public async Task After_the_kernel_reports_a_copy_the_connection_sends_by_copying()
@@ -131,8 +138,10 @@ public sealed class ZeroCopyTests(ITestOutputHelper output)
         await WriteAsync(connection, 1, Length);
         await client.ReceiveExactlyAsync(new byte[Length], TestTimeouts.Default);
         long sends = await server.WaitForAllCompletionsAsync();
+        long copied = server.Recorder.Sum(Completions, "zerocopy.copied=true");
+        output.WriteLine($"{sends} zero-copy sends, {copied} of them completed as copied.");
         Assert.True(sends > 0, "No send went out with MSG_ZEROCOPY.");
-        Assert.Equal(sends, server.Recorder.Sum(Completions, "zerocopy.copied=true"));
+        Assert.True(copied > 0, "The kernel reported no copy over loopback: the test would prove nothing.");
 
         await WriteAsync(connection, 2, Length);
         await client.ReceiveExactlyAsync(new byte[Length], TestTimeouts.Default);
@@ -142,6 +151,7 @@ public sealed class ZeroCopyTests(ITestOutputHelper output)
         await client.ReceiveToEndAsync(TestTimeouts.Default);
         await connection.DisposeAsync().AsTask().WaitAsync(TestTimeouts.Default);
         server.AssertNoBlockHeld();
+        await server.StopAndAssertPoolCleanAsync();
     }
 
     /// <summary>
@@ -227,6 +237,7 @@ public sealed class ZeroCopyTests(ITestOutputHelper output)
         private readonly LinuxTransportFactory _factory;
         private readonly Microsoft.Extensions.Logging.ILoggerFactory _loggerFactory;
         private IConnectionListener? _listener;
+        private bool _disposed;
 
         public ZeroCopyServer(ITestOutputHelper output, bool keepWhenCopied, Action<LinuxTransportOptions>? configure = null)
         {
@@ -301,8 +312,26 @@ public sealed class ZeroCopyTests(ITestOutputHelper output)
             }
         }
 
+        /// <summary>
+        /// The test's last step: stops the transport, then checks that every block of its pool came
+        /// back. (Not in DisposeAsync: an assertion thrown from there would replace the exception of a
+        /// test that failed earlier, and hide it.)
+        /// </summary>
+        public async Task StopAndAssertPoolCleanAsync()
+        {
+            await DisposeAsync();
+            Assert.True(_pool.TotalRented > 0);
+            _pool.AssertAllReturned();
+        }
+
         public async ValueTask DisposeAsync()
         {
+            if (_disposed)
+            {
+                return;
+            }
+
+            _disposed = true;
             if (_listener is not null)
             {
                 await _listener.DisposeAsync();
@@ -312,8 +341,6 @@ public sealed class ZeroCopyTests(ITestOutputHelper output)
             Recorder.Dispose();
             await _services.DisposeAsync();
             _loggerFactory.Dispose();
-            Assert.True(_pool.TotalRented > 0);
-            _pool.AssertAllReturned();
         }
 
         private long SentBytes() => _factory.Loops.Sum(l => l.BytesSent);
