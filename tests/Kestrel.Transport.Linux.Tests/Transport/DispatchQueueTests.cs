@@ -82,11 +82,6 @@ public sealed class DispatchQueueTests : IDisposable
         }
     }
 
-    /// <summary>
-    /// A continuation that posts to the loop and blocks its pool thread until the loop has run it.
-    /// It records what it saw instead of asserting: an exception on a dispatch-queue thread would take
-    /// the test host down rather than fail the test.
-    /// </summary>
     [Fact]
     public void A_batch_that_stays_busy_hands_its_pool_thread_back_every_turn_and_runs_everything()
     {
@@ -138,6 +133,11 @@ public sealed class DispatchQueueTests : IDisposable
         }
     }
 
+    /// <summary>
+    /// A continuation that posts to the loop and blocks its pool thread until the loop has run it.
+    /// It records what it saw instead of asserting: an exception on a dispatch-queue thread would take
+    /// the test host down rather than fail the test.
+    /// </summary>
     private Action<object?> WaitsForTheLoop(Outcome outcome, bool afterTheLoopSleeps) => _ =>
     {
         outcome.LoopSlept = !afterTheLoopSleeps || LoopSleeps();

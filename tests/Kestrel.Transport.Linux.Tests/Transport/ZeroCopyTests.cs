@@ -121,11 +121,9 @@ public sealed class ZeroCopyTests(ITestOutputHelper output)
 
     /// <summary>
     /// Over loopback the kernel copies sends on delivery and says so in the completion; the connection
-    /// then stops asking for zero-copy (msg_zerocopy.rst), which costs it nothing to find out. The test
-    /// no longer assumes that every loopback completion carries the flag. The kernel merges consecutive
-    /// completions into one range, keeping the flag of the range it extends. One CI run (3ad2def)
-    /// failed before the second write with 65 blocks rented, which fits only that assumption failing.
-    /// The switch needs one copied completion, so that is the precondition.
+    /// then stops asking for zero-copy (msg_zerocopy.rst), which costs it nothing to find out. Not every
+    /// completion need carry the flag (the kernel merges consecutive completions into one range under
+    /// the flag of the range it extends); the switch needs one, so that is the precondition.
     /// </summary>
     [Fact]
     public async Task After_the_kernel_reports_a_copy_the_connection_sends_by_copying()
