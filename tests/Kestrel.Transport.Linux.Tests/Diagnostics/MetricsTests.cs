@@ -45,7 +45,20 @@ public sealed class MetricsTests
                 await client.ReceiveExactlyAsync(new byte[MessageLength]);
             }
 
-            recorder.Collect();
+            // A send is counted when its call returns, which can be after the peer has read the bytes
+            // (its thread preempted right after the call): collect until the sends are in.
+            bool SendsCounted() => recorder.Last("kestrel.transport.linux.bytes", "send") >= Connections * MessageLength
+                && (sendFromThreadPool || recorder.Sum("kestrel.transport.linux.pass.bytes", "send") >= Connections * MessageLength);
+            using (var cts = new CancellationTokenSource(TestTimeouts.Default))
+            {
+                recorder.Collect();
+                while (!SendsCounted() && !cts.IsCancellationRequested)
+                {
+                    await Task.Delay(10);
+                    recorder.Collect();
+                }
+            }
+
             Assert.Equal(Connections, recorder.Sum("kestrel.transport.linux.connections.accepted"));
             Assert.Equal(Connections, recorder.Sum("kestrel.transport.linux.connections.current"));
             Assert.True(recorder.Last("kestrel.transport.linux.bytes", "receive") >= Connections * MessageLength);
