@@ -765,13 +765,13 @@ class Runner:
                 source, values = min(((k, v) for k, v in medians.items()), key=lambda kv: statistics.median(kv[1]))
             # Open loop, requests arrive one at a time and each pays for waking the loop and a pool
             # worker: with the pool's spinning off (spin limit 0) both transports took 54-61 us of CPU
-            # per request at 10K req/s, four times their closed-loop cost. At half the closed-loop
+            # per request at 10K req/s, four to five times their closed-loop cost. At half the closed-loop
             # rate every server ran its CPU flat out, so the phase measured queueing; a sixth leaves
             # the baseline about a third of its CPU. (With the spinning on, the CPU share says
             # nothing here: idle workers spin it away at any rate.)
             self.latency_rate = round(statistics.median(values) / LATENCY_RATE_DIVISOR, -2)
-            self.latency_rate_source = (f"a sixth of {source}'s median json-256 throughput in this run "
-                                        f"({statistics.median(values):.0f} req/s)")
+            self.latency_rate_source = (f"{source}'s median json-256 throughput in this run, "
+                                        f"{statistics.median(values):.0f} req/s, divided by {LATENCY_RATE_DIVISOR}")
         self.meta["latency"] = {"rate": self.latency_rate, "rate_source": self.latency_rate_source,
                                 "connections": 256, "path": "/json", "duration_s": self.args.latency_duration,
                                 "warmup_s": 1.0}
