@@ -44,6 +44,16 @@ public sealed class LinuxTransportOptions
     public bool SendFromThreadPool { get; set; } = true;
 
     /// <summary>
+    /// With <see cref="SendFromThreadPool"/>, a flush's send joins the end of the transport's thread-pool
+    /// batch, behind the continuations (other connections' requests) already waiting in it, so that the
+    /// responses of one batch leave in a burst, as Kestrel's Sockets transport sends from its IOQueue.
+    /// When false, the send runs before them, right after the continuation that flushed. Sending each
+    /// response alone, one app's worth of work after the last, lets the peer fall asleep between
+    /// responses and makes every send pay for waking it. Default: true.
+    /// </summary>
+    public bool CoalesceThreadPoolSends { get; set; } = true;
+
+    /// <summary>
     /// Submit each pass's receives as one Linux AIO <c>io_submit</c> (IOCB_CMD_PREADV) instead of one
     /// readv per socket. Falls back to readv, logged once, when <c>io_setup</c> fails
     /// (for example when <c>fs.aio-max-nr</c> is exhausted). Default: false.

@@ -110,7 +110,7 @@ internal sealed unsafe class EventLoop : PipeScheduler
         long maxWrite = options.MaxWriteBufferSize ?? 0;
         InputPipeOptions = new PipeOptions(pool, ApplicationScheduler, this, maxRead, maxRead / 2, useSynchronizationContext: false);
         // With SendFromThreadPool the app's pool threads send what they flushed themselves (LinuxConnection).
-        var outputReaderScheduler = _dispatchQueue is not null && options.SendFromThreadPool ? _dispatchQueue.CreateSendScheduler() : (PipeScheduler)this;
+        var outputReaderScheduler = _dispatchQueue is not null && options.SendFromThreadPool ? _dispatchQueue.CreateSendScheduler(options.CoalesceThreadPoolSends) : (PipeScheduler)this;
         // With zero-copy sends the output pipes' blocks come back only once the kernel is done with them (ZeroCopy.cs).
         ZeroCopyPool = options.ZeroCopySendThreshold > 0 ? new ZeroCopyMemoryPool(pool) : null;
         OutputPipeOptions = new PipeOptions(ZeroCopyPool ?? pool, outputReaderScheduler, ApplicationScheduler, maxWrite, maxWrite / 2, useSynchronizationContext: false);

@@ -42,7 +42,7 @@ internal sealed class ThreadPoolDispatchQueue(EventLoop loop) : PipeScheduler, I
 
     private readonly ConcurrentQueue<ScheduledWork> _queue = new();
 
-    /// <summary>Sends (<see cref="CreateSendScheduler"/>): taken before anything in <see cref="_queue"/>.</summary>
+    /// <summary>Sends that go ahead of the batch (<see cref="CreateSendScheduler"/> without coalescing): taken before anything in <see cref="_queue"/>.</summary>
     private readonly ConcurrentQueue<ScheduledWork> _sends = new();
     private int _scheduled;
     private int _running;
@@ -66,14 +66,16 @@ internal sealed class ThreadPoolDispatchQueue(EventLoop loop) : PipeScheduler, I
 
     /// <summary>
     /// The scheduler for the transport's reader of the app's output, when sends go out from the thread
-    /// pool (<see cref="LinuxTransportOptions.SendFromThreadPool"/>): a flush on a pool thread queues the
-    /// reader's continuation here, ahead of the batch's other work (<see cref="TryTake"/>), where any
-    /// thread draining the batch (a helper, when the one that flushed blocks) can run it; one on the
-    /// loop (a cancelled read) stays on the loop.
+    /// pool (<see cref="LinuxTransportOptions.SendFromThreadPool"/>). A flush on a pool thread queues the
+    /// reader's continuation in this batch, where any thread draining it (a helper, when the one that
+    /// flushed blocks) can run it; one on the loop (a cancelled read) stays on the loop. With
+    /// <paramref name="coalesce"/> (<see cref="LinuxTransportOptions.CoalesceThreadPoolSends"/>) the send
+    /// joins the end of the batch, behind the continuations already waiting, so a batch's responses
+    /// go out back to back; without, it goes ahead of them (<see cref="TryTake"/>).
     /// </summary>
-    public PipeScheduler CreateSendScheduler() => new SendReaderScheduler(this, loop);
+    public PipeScheduler CreateSendScheduler(bool coalesce) => new SendReaderScheduler(this, coalesce ? _queue : _sends, loop);
 
-    private sealed class SendReaderScheduler(ThreadPoolDispatchQueue queue, EventLoop loop) : PipeScheduler
+    private sealed class SendReaderScheduler(ThreadPoolDispatchQueue queue, ConcurrentQueue<ScheduledWork> sends, EventLoop loop) : PipeScheduler
     {
         public override void Schedule(Action<object?> action, object? state)
         {
@@ -83,7 +85,7 @@ internal sealed class ThreadPoolDispatchQueue(EventLoop loop) : PipeScheduler, I
             }
             else
             {
-                queue.Enqueue(queue._sends, new ScheduledWork(action, state));
+                queue.Enqueue(sends, new ScheduledWork(action, state));
             }
         }
     }
@@ -115,9 +117,9 @@ internal sealed class ThreadPoolDispatchQueue(EventLoop loop) : PipeScheduler, I
     }
 
     /// <summary>
-    /// The next work item: a send first, so that a connection's send runs right after the continuation
-    /// that flushed returns, carrying everything it flushed (all the responses of a pipelined batch,
-    /// say), and before the batch moves on to other connections.
+    /// The next work item: a send that goes ahead of the batch first, so that it runs right after the
+    /// continuation that flushed returns, carrying everything it flushed (all the responses of a
+    /// pipelined batch, say). Coalesced sends are in <see cref="_queue"/>, in turn.
     /// </summary>
     private bool TryTake(out ScheduledWork work) => _sends.TryDequeue(out work) || _queue.TryDequeue(out work);
 

@@ -13,7 +13,10 @@ public enum TransportKind
     /// <summary>The Linux transport with the native batch engine (libktl_native.so).</summary>
     LinuxNative,
 
-    /// <summary>The Linux transport with its managed fallback engine.</summary>
+    /// <summary>
+    /// The Linux transport with its managed fallback engine. Its pool threads send ahead of the batch
+    /// (CoalesceThreadPoolSends off), so that both orders of pool sends run every test.
+    /// </summary>
     LinuxManaged,
 
     /// <summary>The Linux transport, native engine, with ApplicationSchedulingMode.Inline (host tests only).</summary>
@@ -75,6 +78,9 @@ public static class Transports
 
         // These two test the loop's own send paths, which sends from the pool threads would bypass.
         options.SendFromThreadPool = kind is not (TransportKind.LinuxAio or TransportKind.LinuxImmediateSend);
+
+        // Pool sends in both orders: the managed kind sends ahead of the batch, the others coalesce.
+        options.CoalesceThreadPoolSends = kind != TransportKind.LinuxManaged;
 
         options.ZeroCopySendThreshold = kind == TransportKind.LinuxZeroCopy ? 1024 : 0;
         options.ZeroCopyWhenKernelCopies = kind == TransportKind.LinuxZeroCopy;

@@ -133,6 +133,42 @@ public sealed class DispatchQueueTests : IDisposable
         }
     }
 
+    [Theory]
+    [InlineData(true, "flush,a,b,send")]
+    [InlineData(false, "flush,send,a,b")]
+    public void A_send_flushed_in_a_batch_joins_its_end_only_when_coalescing(bool coalesce, string expected)
+    {
+        // A continuation in the batch queues two more (other connections' requests, say), then flushes:
+        // the send's continuation goes behind them when coalescing, ahead of them otherwise.
+        var queue = (ThreadPoolDispatchQueue)_loop.ApplicationScheduler;
+        var sends = queue.CreateSendScheduler(coalesce);
+        var order = new List<string>();
+        var done = new CountdownEvent(4);
+        Action<object?> record = state =>
+        {
+            lock (order)
+            {
+                order.Add((string)state!);
+            }
+
+            done.Signal();
+        };
+
+        queue.Schedule(state =>
+        {
+            record("flush");
+            queue.Schedule(record, "a");
+            queue.Schedule(record, "b");
+            sends.Schedule(record, "send");
+        }, null);
+
+        Assert.True(done.Wait(Release), "the batch never ran all four");
+        lock (order)
+        {
+            Assert.Equal(expected, string.Join(",", order));
+        }
+    }
+
     /// <summary>
     /// A continuation that posts to the loop and blocks its pool thread until the loop has run it.
     /// It records what it saw instead of asserting: an exception on a dispatch-queue thread would take
