@@ -32,10 +32,10 @@ public sealed class LinuxTransportOptions
     public bool DeferSend { get; set; } = true;
 
     /// <summary>
-    /// With <see cref="ApplicationSchedulingMode.ThreadPool"/> scheduling, the thread-pool thread whose
-    /// continuation flushed a connection's output sends it itself, with one sendmsg as soon as that
-    /// continuation returns (so everything it flushed goes out together), instead of handing it back to
-    /// the event loop for the end of the loop's next pass. That saves a hand-off between threads, and a
+    /// With <see cref="ApplicationSchedulingMode.ThreadPool"/> scheduling, a connection's flushed output is
+    /// sent from the thread pool, by the thread draining the transport's dispatch batch (where in the
+    /// batch: <see cref="CoalesceThreadPoolSends"/>), with one sendmsg carrying everything flushed so far,
+    /// instead of being handed back to the event loop for the end of the loop's next pass. That saves a hand-off between threads, and a
     /// loop wake-up, per response. A send the socket cannot take whole goes back to the loop, which
     /// waits for EPOLLOUT. When true, <see cref="DeferSend"/> and <see cref="AioSend"/> apply only to the
     /// sends the loop still makes. Ignored with <see cref="ApplicationSchedulingMode.Inline"/> scheduling,
