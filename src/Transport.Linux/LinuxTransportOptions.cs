@@ -35,8 +35,8 @@ public sealed class LinuxTransportOptions
     /// With <see cref="ApplicationSchedulingMode.ThreadPool"/> scheduling, a connection's flushed output is
     /// sent from the thread pool, by the thread draining the transport's dispatch batch (where in the
     /// batch: <see cref="CoalesceThreadPoolSends"/>), with one sendmsg carrying everything flushed so far,
-    /// instead of being handed back to the event loop for the end of the loop's next pass. That saves a hand-off between threads, and a
-    /// loop wake-up, per response. A send the socket cannot take whole goes back to the loop, which
+    /// instead of being handed back to the event loop for the end of the loop's next pass. That saves a
+    /// hand-off between threads, and a loop wake-up, per response. A send the socket cannot take whole goes back to the loop, which
     /// waits for EPOLLOUT. When true, <see cref="DeferSend"/> and <see cref="AioSend"/> apply only to the
     /// sends the loop still makes. Ignored with <see cref="ApplicationSchedulingMode.Inline"/> scheduling,
     /// where the app already runs on the loop. Default: true.
