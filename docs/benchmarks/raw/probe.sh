@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # probe.sh PATH CONNS "name:env..." ... -- per-thread CPU (by thread name), syscalls/request, cs/request
 path=$1; conns=$2; shift 2
-cd /work/main
+cd "$(dirname "${BASH_SOURCE[0]}")/../../.."  # the repository root
 DLL=samples/TechEmpower/bin/Release/net10.0/TechEmpower.dll
 for spec in "$@"; do
   name=${spec%%:*}; envs=${spec#*:}

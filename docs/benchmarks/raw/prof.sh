@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # prof.sh PATH CONNS name env... -- perf record of the server under wrk, report top self symbols
 path=$1; conns=$2; name=$3; shift 3
-cd /work/main
+cd "$(dirname "${BASH_SOURCE[0]}")/../../.."  # the repository root
 DLL=samples/TechEmpower/bin/Release/net10.0/TechEmpower.dll
 tr=linux; [[ "$*" == *T=sockets* ]] && tr=sockets
 env DOTNET_PerfMapEnabled=1 DOTNET_EnableWriteXorExecute=0 "$@" taskset -c 1 dotnet $DLL --urls http://127.0.0.1:5301 --transport $tr > /dev/null 2>&1 &
