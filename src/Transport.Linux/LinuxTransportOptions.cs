@@ -36,10 +36,11 @@ public sealed class LinuxTransportOptions
     /// sent from the thread pool, by the thread draining the transport's dispatch batch (where in the
     /// batch: <see cref="CoalesceThreadPoolSends"/>), with one sendmsg carrying everything flushed so far,
     /// instead of being handed back to the event loop for the end of the loop's next pass. That saves a
-    /// hand-off between threads, and a loop wake-up, per response. A send the socket cannot take whole goes back to the loop, which
-    /// waits for EPOLLOUT. When true, <see cref="DeferSend"/> and <see cref="AioSend"/> apply only to the
-    /// sends the loop still makes. Ignored with <see cref="ApplicationSchedulingMode.Inline"/> scheduling,
-    /// where the app already runs on the loop. Default: true.
+    /// hand-off between threads, and a loop wake-up, per response. A send the socket cannot take whole
+    /// goes back to the loop, which waits for EPOLLOUT. When true, <see cref="DeferSend"/> and
+    /// <see cref="AioSend"/> apply only to the sends the loop still makes. Ignored with
+    /// <see cref="ApplicationSchedulingMode.Inline"/> scheduling, where the app already runs on the loop.
+    /// Default: true.
     /// </summary>
     public bool SendFromThreadPool { get; set; } = true;
 
