@@ -4,9 +4,23 @@
 #
 #   ./benchmarks/trace.sh [--scenario plaintext16|json|plaintext|churn|PATH:DEPTH[:close]] [--connections 256]
 #                         [--seconds 10] [--warmup 30] [--out DIR] [--no-build]
+#                         [--rate REQ/S [--rate-warmup 1] [--sched]] [--profile samples|events|none]
 #                         NAME='sample args' [NAME='sample args' ...]
 #
 #   ./benchmarks/trace.sh --scenario plaintext16 linux='--transport linux' sockets='--transport sockets'
+#
+# --rate: the measured window is open loop instead (benchmarks/loadgen at that fixed rate, depth 1,
+# after the closed-loop warm-up and --rate-warmup seconds at the rate), and the summary lines the requests at or above p99 up with the
+# runtime's pauses, thread-pool changes, contention and compilation at the same moments (loadgen -s;
+# both sides are on CLOCK_MONOTONIC). --profile events leaves the SampleProfiler out (it suspends the
+# runtime about every millisecond to take stacks, which itself makes tail latency) and keeps the
+# runtime's GC, JIT, contention and thread-pool events. Give a configuration twice (linux1=...
+# sockets1=... sockets2=... linux2=...) for interleaved repeats. --sched also records the kernel's
+# scheduler tracepoints on the server's CPU during that window (perf, CLOCK_MONOTONIC), and the summary
+# shows which threads had the CPU inside the slow episodes and how long woken threads waited for it.
+# --profile none runs the server without EventPipe (with --sched, the least disturbed view).
+# NAME=@ceiling runs the raw C epoll server (benchmarks/ceiling) instead of the sample: the floor
+# that this machine and the load generator put under every latency.
 #
 # The trace is the runtime's own EventPipe, enabled by environment variables (no dotnet-trace needed):
 # the SampleProfiler provider (a stack of every managed thread about every millisecond) plus the runtime
@@ -14,13 +28,14 @@
 # with type and stack) for an allocation table of the same window. The server runs pinned to --server-cpus (default 1), wrk to
 # --client-cpus (default 0). The summary covers only the measured window (after the warm-up). Sampling
 # adds overhead of its own, the same for every configuration: compare shares, not absolute rates.
-# Output: DIR/NAME.nettrace, DIR/NAME.wrk.txt and DIR/summary.md.
+# Output: DIR/NAME.nettrace, DIR/NAME.wrk.txt (or with --rate DIR/NAME.loadgen.json and the per-request
+# DIR/NAME.latency.txt) and DIR/summary.md.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export DOTNET_CLI_TELEMETRY_OPTOUT=1 DOTNET_NOLOGO=1
 
 scenario=plaintext16 connections=256 seconds=10 warmup=30 out=artifacts/trace build=1
-server_cpus=1 client_cpus=0 port=5077
+server_cpus=1 client_cpus=0 port=5077 rate='' rate_warmup=1 profile=samples sched=0
 configs=()
 while (( $# > 0 )); do
     case "$1" in
@@ -31,8 +46,12 @@ while (( $# > 0 )); do
         --out) out=$2; shift 2 ;;
         --server-cpus) server_cpus=$2; shift 2 ;;
         --client-cpus) client_cpus=$2; shift 2 ;;
+        --rate) rate=$2; shift 2 ;;
+        --profile) profile=$2; shift 2 ;;
+        --sched) sched=1; shift ;;
+        --rate-warmup) rate_warmup=$2; shift 2 ;;
         --no-build) build=0; shift ;;
-        -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
         *=*) configs+=("$1"); shift ;;
         *) echo "trace: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
@@ -48,10 +67,33 @@ case "$scenario" in
     *) echo "trace: unknown scenario '$scenario'" >&2; exit 2 ;;
 esac
 
+case "$profile" in
+    samples) providers='Microsoft-DotNETCore-SampleProfiler:0:5,Microsoft-Windows-DotNETRuntime:0x4c14fccbd:5' ;;
+    # GC, loader, JIT, contention, exceptions, threading: every keyword the tail analysis reads.
+    events) providers='Microsoft-Windows-DotNETRuntime:0x1c019:5' ;;
+    none) providers='' ;;
+    *) echo "trace: --profile is samples, events or none, not '$profile'" >&2; exit 2 ;;
+esac
+if [[ -n $rate ]]; then
+    [[ $rate =~ ^[0-9]+([.][0-9]+)?$ ]] || { echo "trace: --rate needs requests per second, not '$rate'" >&2; exit 2; }
+    (( depth == 1 && ! close )) || { echo "trace: --rate runs depth 1 on kept-alive connections; '$scenario' is not" >&2; exit 2; }
+fi
+[[ -n $rate || $profile != none ]] || { echo "trace: --profile none goes with --rate (there is nothing else to report)" >&2; exit 2; }
+[[ -n $rate || " ${configs[*]}" != *=@ceiling* ]] || { echo "trace: @ceiling goes with --rate" >&2; exit 2; }
+if (( sched )); then
+    [[ -n $rate ]] || { echo "trace: --sched goes with --rate" >&2; exit 2; }
+    command -v perf > /dev/null || { echo "trace: --sched needs perf (apt-get install linux-perf)" >&2; exit 2; }
+fi
+
+loadgen=artifacts/benchmarks/bin/loadgen
 if (( build )); then
     dotnet build -c Release samples/TechEmpower -nologo -v quiet -clp:ErrorsOnly --disable-build-servers
     dotnet build -c Release benchmarks/TraceAnalyzer -nologo -v quiet -clp:ErrorsOnly --disable-build-servers
+    mkdir -p "$(dirname "$loadgen")"
+    gcc -O2 -Wall -Wextra -o "$loadgen" benchmarks/loadgen/loadgen.c
+    gcc -O2 -Wall -Wextra -o artifacts/benchmarks/bin/ceiling benchmarks/ceiling/ceiling.c
 fi
+[[ -z $rate || -x $loadgen ]] || { echo "trace: $loadgen is missing; run without --no-build" >&2; exit 2; }
 sample=samples/TechEmpower/bin/Release/net10.0/TechEmpower.dll
 analyzer=benchmarks/TraceAnalyzer/bin/Release/net10.0/TraceAnalyzer.dll
 mkdir -p "$out"
@@ -60,7 +102,7 @@ summary=$out/summary.md
 {
     echo "# EventPipe samples: $scenario ($path, depth $depth, $connections connections$( (( close )) && echo ', Connection: close'))"
     echo
-    echo "Command: \`./benchmarks/trace.sh --scenario $scenario --connections $connections --seconds $seconds --warmup $warmup ${configs[*]}\`"
+    echo "Command: \`./benchmarks/trace.sh --scenario $scenario --connections $connections --seconds $seconds --warmup $warmup${rate:+ --rate $rate --rate-warmup $rate_warmup}$( (( sched )) && echo ' --sched' || true) --profile $profile ${configs[*]}\`"
     echo "Server on CPU $server_cpus, wrk on CPU $client_cpus; $(date -u +%Y-%m-%dT%H:%MZ); commit $(git rev-parse --short HEAD 2> /dev/null || echo unknown)."
     echo
 } > "$summary"
@@ -74,10 +116,18 @@ for entry in "${configs[@]}"; do
     trace=$out/$name.nettrace
     rm -f "$trace"
     start=$(date +%s.%N)
-    DOTNET_EnableEventPipe=1 \
-    DOTNET_EventPipeOutputPath="$trace" \
-    DOTNET_EventPipeConfig='Microsoft-DotNETCore-SampleProfiler:0:5,Microsoft-Windows-DotNETRuntime:0x4c14fccbd:5' \
+    if [[ ${sample_args[*]} == @ceiling ]]; then
+        taskset -c "$server_cpus" artifacts/benchmarks/bin/ceiling -a 127.0.0.1 -p "$port" > "$out/$name.server.log" 2>&1 &
+        trace=''
+    elif [[ -z $providers ]]; then
         taskset -c "$server_cpus" dotnet "$sample" --urls "http://127.0.0.1:$port" "${sample_args[@]}" > "$out/$name.server.log" 2>&1 &
+        trace=''
+    else
+        DOTNET_EnableEventPipe=1 \
+        DOTNET_EventPipeOutputPath="$trace" \
+        DOTNET_EventPipeConfig="$providers" \
+            taskset -c "$server_cpus" dotnet "$sample" --urls "http://127.0.0.1:$port" "${sample_args[@]}" > "$out/$name.server.log" 2>&1 &
+    fi
     pid=$!
     for _ in $(seq 100); do
         curl -fs "http://127.0.0.1:$port/plaintext" > /dev/null 2>&1 && break
@@ -85,16 +135,45 @@ for entry in "${configs[@]}"; do
     done
     taskset -c "$client_cpus" wrk "${wrk_args[@]}" -d "${warmup}s" "http://127.0.0.1:$port$path" -- "$depth" > /dev/null
     from=$(echo "$(date +%s.%N) - $start" | bc)
-    taskset -c "$client_cpus" wrk "${wrk_args[@]}" -d "${seconds}s" --latency "http://127.0.0.1:$port$path" -- "$depth" > "$out/$name.wrk.txt"
+    latency_args=()
+    if [[ -n $rate ]]; then
+        if (( sched )); then
+            perf record -q -C "$server_cpus" -k CLOCK_MONOTONIC -e sched:sched_switch -e sched:sched_wakeup \
+                -o "$out/$name.perf.data" > /dev/null 2>&1 &
+            perf_pid=$!
+        fi
+        taskset -c "$client_cpus" "$loadgen" -p "$port" -P "$path" -c "$connections" -r "$rate" -d "$seconds" -w "$rate_warmup" -T 2 \
+            -s "$out/$name.latency.txt" > "$out/$name.loadgen.json"
+        latency_args=(--latency "$out/$name.latency.txt")
+        if (( sched )); then
+            kill -INT "$perf_pid"
+            wait "$perf_pid" || true
+            perf script -i "$out/$name.perf.data" -F time,event,trace --ns > "$out/$name.sched.txt" 2> /dev/null
+            rm -f "$out/$name.perf.data"
+            latency_args+=(--sched "$out/$name.sched.txt")
+        fi
+    else
+        taskset -c "$client_cpus" wrk "${wrk_args[@]}" -d "${seconds}s" --latency "http://127.0.0.1:$port$path" -- "$depth" > "$out/$name.wrk.txt"
+    fi
     to=$(echo "$(date +%s.%N) - $start" | bc)
     # SIGTERM: the host shuts down gracefully and the runtime writes the end of the trace (a
     # background job of a non-interactive shell ignores SIGINT).
     kill -TERM "$pid"
     wait "$pid" || true
-    rps=$(awk '/^Requests\/sec/ {print $2}' "$out/$name.wrk.txt")
-    requests=$(awk '/requests in/ {print $1; exit}' "$out/$name.wrk.txt")
+    if [[ -n $rate ]]; then
+        rps=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["achieved_rate"])' "$out/$name.loadgen.json")
+        requests=$(wc -l < "$out/$name.latency.txt")
+    else
+        rps=$(awk '/^Requests\/sec/ {print $2}' "$out/$name.wrk.txt")
+        requests=$(awk '/requests in/ {print $1; exit}' "$out/$name.wrk.txt")
+    fi
     echo "trace: $name: $rps req/s under tracing; samples from ${from%.*} s to ${to%.*} s"
-    dotnet "$analyzer" "$trace" --from "$from" --to "$to" --title "$name: \`${entry#*=}\` ($rps req/s while traced)" \
-        --requests "${requests:-0}" --out "$summary" > /dev/null
+    title="$name: \`${entry#*=}\` ($rps req/s${trace:+ while traced})"
+    if [[ -n $trace ]]; then
+        dotnet "$analyzer" "$trace" --from "$from" --to "$to" --title "$title" \
+            --requests "${requests:-0}" "${latency_args[@]}" --out "$summary" > /dev/null
+    else
+        dotnet "$analyzer" "${latency_args[@]}" --title "$title" --out "$summary" > /dev/null
+    fi
 done
 echo "trace: wrote $summary"

@@ -44,19 +44,22 @@ internal static class Program
     {
         if (args.Length < 1 || args[0] is "-h" or "--help")
         {
-            Console.WriteLine("usage: TraceAnalyzer TRACE.nettrace [--from SECONDS] [--to SECONDS] [--top N] [--out FILE.md] [--title TEXT] [--callers FRAME-SUBSTRING] [--requests N] [--alloc-type TYPE]");
+            Console.WriteLine("usage: TraceAnalyzer TRACE.nettrace|--latency LOADGEN-SAMPLES [--from SECONDS] [--to SECONDS] [--top N] [--out FILE.md] [--title TEXT] [--callers FRAME-SUBSTRING] [--requests N] [--alloc-type TYPE] [--latency LOADGEN-SAMPLES [--sched PERF-SCRIPT]]");
             return args.Length < 1 ? 2 : 0;
         }
 
-        string path = args[0];
+        // Without a trace, --latency alone: the episodes of a server that is not .NET (the C ceiling).
+        string? path = args[0].StartsWith("--", StringComparison.Ordinal) ? null : args[0];
         double from = 0, to = double.MaxValue;
         int top = 25;
         string? outPath = null;
         string? callersOf = null;
         long requests = 0;
         string? allocType = null;
-        string title = Path.GetFileNameWithoutExtension(path);
-        for (int i = 1; i < args.Length; i++)
+        string? latencyPath = null;
+        string? schedPath = null;
+        string title = path is null ? "open-loop run" : Path.GetFileNameWithoutExtension(path);
+        for (int i = path is null ? 0 : 1; i < args.Length; i++)
         {
             switch (args[i])
             {
@@ -68,10 +71,34 @@ internal static class Program
                 case "--callers": callersOf = args[++i]; break;
                 case "--requests": requests = long.Parse(args[++i], CultureInfo.InvariantCulture); break;
                 case "--alloc-type": allocType = args[++i]; break;
+                case "--latency": latencyPath = args[++i]; break;
+                case "--sched": schedPath = args[++i]; break;
                 default:
                     Console.Error.WriteLine($"TraceAnalyzer: unknown argument '{args[i]}'");
                     return 2;
             }
+        }
+
+        if (path is null)
+        {
+            if (latencyPath is null)
+            {
+                Console.Error.WriteLine("TraceAnalyzer: give a trace, or --latency FILE");
+                return 2;
+            }
+
+            var untraced = new StringBuilder();
+            untraced.AppendLine(CultureInfo.InvariantCulture, $"### {title}");
+            var untracedTail = LatencyTail.Load(latencyPath);
+            untracedTail.Sched = schedPath is null ? null : SchedTimeline.Load(schedPath);
+            untracedTail.Append(untraced);
+            Console.Write(untraced.ToString());
+            if (outPath is not null)
+            {
+                File.AppendAllText(outPath, untraced.ToString() + Environment.NewLine);
+            }
+
+            return 0;
         }
 
         if (!File.Exists(path))
@@ -83,6 +110,14 @@ internal static class Program
         string etlx = Path.ChangeExtension(path, ".etlx");
         TraceLog.CreateFromEventPipeDataFile(path, etlx);
         using var log = new TraceLog(etlx);
+        LatencyTail? tail = null;
+        if (latencyPath is not null)
+        {
+            // The window is the open-loop run's own (its requests' clock), not --from/--to.
+            tail = LatencyTail.Load(latencyPath);
+            tail.Sched = schedPath is null ? null : SchedTimeline.Load(schedPath);
+            tail.SetClock(log);
+        }
 
         var exclusive = new Dictionary<string, long>(StringComparer.Ordinal);
         var inclusive = new Dictionary<string, long>(StringComparer.Ordinal);
@@ -100,7 +135,8 @@ internal static class Program
         foreach (TraceEvent ev in log.Events)
         {
             double t = ev.TimeStampRelativeMSec / 1000;
-            if (t < from || t > to)
+            tail?.Observe(ev);
+            if (tail is null ? t < from || t > to : !tail.InWindow(tail.Nanoseconds(ev)))
             {
                 continue;
             }
@@ -179,12 +215,15 @@ internal static class Program
 
             string area = AreaOf(frames) ?? "unresolved / native";
             areas[area] = areas.GetValueOrDefault(area) + 1;
+            tail?.Sample(tail.Nanoseconds(ev), area);
         }
 
         var report = new StringBuilder();
         report.AppendLine(CultureInfo.InvariantCulture, $"### {title}");
         report.AppendLine();
-        report.AppendLine(CultureInfo.InvariantCulture, $"Samples {first:F1}-{last:F1} s: {busy} busy, {idle} idle (blocked in epoll/futex waits; left out below).");
+        report.AppendLine(busy + idle == 0
+            ? "No SampleProfiler samples in the window (a trace of runtime events only)."
+            : string.Create(CultureInfo.InvariantCulture, $"Samples {first:F1}-{last:F1} s: {busy} busy, {idle} idle (blocked in epoll/futex waits; left out below)."));
         report.AppendLine();
         AppendTable(report, "area (innermost known frame)", "busy samples", areas, busy, int.MaxValue, area => area);
 
@@ -207,6 +246,7 @@ internal static class Program
         report.AppendLine();
         report.AppendLine("Methods compiled in the window, by the tier they were compiled for (a settled server compiles few): "
             + (jittedByTier.Count == 0 ? "none." : string.Join(", ", jittedByTier.OrderByDescending(t => t.Value).Select(t => $"{t.Key} {t.Value}")) + "."));
+        tail?.Append(report);
         if (allocType is not null)
         {
             report.AppendLine();
@@ -220,7 +260,7 @@ internal static class Program
         }
 
         File.Delete(etlx);
-        return busy == 0 ? 1 : 0;
+        return busy == 0 && tail is null ? 1 : 0;
     }
 
     /// <summary>The area of the innermost frame that belongs to a known area, or null.</summary>
@@ -277,7 +317,7 @@ internal static class Program
         }
     }
 
-    private static string Share(long count, long total) => total == 0 ? "-" : (100.0 * count / total).ToString("F1", CultureInfo.InvariantCulture) + "%";
+    internal static string Share(long count, long total) => total == 0 ? "-" : (100.0 * count / total).ToString("F1", CultureInfo.InvariantCulture) + "%";
 
     private static string Truncate(string s, int max) => s.Length <= max ? s : s[..(max - 1)] + "…";
 

@@ -13,10 +13,14 @@
 // The same histogram also records how late loadgen itself was in sending (its own lag), so a run
 // where the generator could not keep its schedule is visible.
 //
-// Output: one JSON object on stdout.
+// Output: one JSON object on stdout. With -s FILE, also every measured request as a text line
+// "INTENDED_NS LATENCY_NS LAG_NS" (intended send time on CLOCK_MONOTONIC, the clock .NET's EventPipe
+// timestamps use on Linux; LAG_NS is how late loadgen itself was in sending it), so a trace of the
+// server can be lined up with the slow requests, and the generator's own stalls told apart.
 //
 // Build: gcc -O2 -Wall -Wextra -o loadgen loadgen.c
 // Run:   loadgen -p PORT -r RATE [-a 127.0.0.1] [-P /json] [-c 256] [-d 5] [-w 1] [-H 'Name: value']
+//               [-s FILE]
 
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -111,6 +115,7 @@ struct conn {
     int connecting;
     int want_out;              // EPOLLOUT registered
     uint64_t *intended;        // ring of intended send times (ns) of requests not yet answered
+    uint64_t *lag;             // and, in the same slots, how late loadgen was to queue each one
     size_t head, count, cap;
     size_t unsent;             // how many of the last `count` requests are not fully written
     size_t written;            // bytes of the first unsent request already written
@@ -142,6 +147,23 @@ static void die(const char *fmt, ...)
     va_end(ap);
     fputc('\n', stderr);
     exit(1);
+}
+
+// -s: every measured request's intended send time and latency, in completion order.
+struct sample { uint64_t intended, latency, lag; };
+static struct sample *samples;
+static size_t sample_count, sample_cap;
+static int keep_samples;
+
+static void keep_sample(uint64_t intended, uint64_t took, uint64_t late)
+{
+    if (sample_count == sample_cap) {
+        sample_cap = sample_cap ? sample_cap * 2 : 65536;
+        samples = realloc(samples, sample_cap * sizeof *samples);
+        if (!samples)
+            die("out of memory");
+    }
+    samples[sample_count++] = (struct sample){ intended, took, late };
 }
 
 static uint64_t now_ns(void)
@@ -188,21 +210,26 @@ static void conn_reset(struct conn *c)
     conn_open(c);
 }
 
-static void conn_push(struct conn *c, uint64_t intended)
+static void conn_push(struct conn *c, uint64_t intended, uint64_t late)
 {
     if (c->count == c->cap) {
         size_t cap = c->cap ? c->cap * 2 : 64;
-        uint64_t *ring = malloc(cap * sizeof *ring);
-        if (!ring)
+        uint64_t *ring = malloc(cap * sizeof *ring), *lags = malloc(cap * sizeof *lags);
+        if (!ring || !lags)
             die("out of memory");
-        for (size_t i = 0; i < c->count; i++)
+        for (size_t i = 0; i < c->count; i++) {
             ring[i] = c->intended[(c->head + i) % c->cap];
+            lags[i] = c->lag[(c->head + i) % c->cap];
+        }
         free(c->intended);
+        free(c->lag);
         c->intended = ring;
+        c->lag = lags;
         c->head = 0;
         c->cap = cap;
     }
     c->intended[(c->head + c->count) % c->cap] = intended;
+    c->lag[(c->head + c->count) % c->cap] = late;
     c->count++;
     c->unsent++;
     in_flight++;
@@ -296,7 +323,7 @@ static int conn_parse(struct conn *c, uint64_t now)
             st.err_parse++;   // an answer to nothing we sent
             return -1;
         }
-        uint64_t intended = c->intended[c->head];
+        uint64_t intended = c->intended[c->head], late = c->lag[c->head];
         c->head = (c->head + 1) % c->cap;
         c->count--;
         in_flight--;
@@ -304,7 +331,10 @@ static int conn_parse(struct conn *c, uint64_t now)
         if (status < 200 || status > 399)
             st.err_status++;
         else if (intended >= measure_from) {
-            hist_record(&latency, now > intended ? now - intended : 0);
+            uint64_t took = now > intended ? now - intended : 0;
+            hist_record(&latency, took);
+            if (keep_samples)
+                keep_sample(intended, took, late);
             st.recorded++;
         }
         if (close_after) {
@@ -398,7 +428,8 @@ static void usage(void)
             "  -d SECONDS  measured duration (default 5)\n"
             "  -w SECONDS  warm-up at the same rate before measuring (default 1)\n"
             "  -T SECONDS  how long to wait for outstanding answers at the end (default 2)\n"
-            "  -H HEADER   extra request header, repeatable\n");
+            "  -H HEADER   extra request header, repeatable\n"
+            "  -s FILE     also write each measured request as \"INTENDED_NS LATENCY_NS LAG_NS\" (CLOCK_MONOTONIC)\n");
     exit(2);
 }
 
@@ -409,11 +440,11 @@ static void print_us(const char *name, uint64_t ns, int last)
 
 int main(int argc, char **argv)
 {
-    const char *address = "127.0.0.1", *path = "/json";
+    const char *address = "127.0.0.1", *path = "/json", *samples_path = NULL;
     int port = -1, connections = 256, opt;
     double rate = 0, duration = 5, warmup = 1, drain = 2;
     char headers[4096] = "";
-    while ((opt = getopt(argc, argv, "a:p:P:c:r:d:w:T:H:h")) != -1) {
+    while ((opt = getopt(argc, argv, "a:p:P:c:r:d:w:T:H:s:h")) != -1) {
         switch (opt) {
         case 'a': address = optarg; break;
         case 'p': port = atoi(optarg); break;
@@ -429,6 +460,7 @@ int main(int argc, char **argv)
             strcat(headers, optarg);
             strcat(headers, "\r\n");
             break;
+        case 's': samples_path = optarg; break;
         default: usage();
         }
     }
@@ -456,6 +488,13 @@ int main(int argc, char **argv)
     if (asprintf(&request, "GET %s HTTP/1.1\r\nHost: %s\r\n%s\r\n", path, host, headers) < 0)
         die("out of memory");
     request_len = strlen(request);
+    FILE *samples_file = NULL;
+    if (samples_path) {
+        samples_file = fopen(samples_path, "w");   // opened now, so a bad path fails before the run
+        if (!samples_file)
+            die("%s: %s", samples_path, strerror(errno));
+        keep_samples = 1;
+    }
 
     signal(SIGPIPE, SIG_IGN);
     prctl(PR_SET_TIMERSLACK, 1UL);   // the default 50 us slack would delay every scheduled send
@@ -502,7 +541,7 @@ int main(int argc, char **argv)
             struct conn *c = &conns[next % (uint64_t)connections];
             if (due >= measure_from)
                 hist_record(&lag, now - due);
-            conn_push(c, due);
+            conn_push(c, due, now - due);
             conn_write(c);
             next++;
         }
@@ -522,6 +561,14 @@ int main(int argc, char **argv)
             if (conns[i].intended[(conns[i].head + k) % conns[i].cap] >= measure_from)
                 st.incomplete++;
         }
+    }
+
+    if (samples_file) {
+        for (size_t i = 0; i < sample_count; i++)
+            fprintf(samples_file, "%llu %llu %llu\n", (unsigned long long)samples[i].intended,
+                    (unsigned long long)samples[i].latency, (unsigned long long)samples[i].lag);
+        if (fclose(samples_file) != 0)
+            die("%s: %s", samples_path, strerror(errno));
     }
 
     printf("{\"target_rate\": %.1f, \"connections\": %d, \"path\": \"%s\", \"warmup_s\": %.3f, "
