@@ -774,7 +774,7 @@ class Runner:
                                         f"{statistics.median(values):.0f} req/s, divided by {LATENCY_RATE_DIVISOR}")
         self.meta["latency"] = {"rate": self.latency_rate, "rate_source": self.latency_rate_source,
                                 "connections": 256, "path": "/json", "duration_s": self.args.latency_duration,
-                                "warmup_s": 1.0}
+                                "warmup_s": self.args.latency_warmup}
         scenario = Scenario("json-256-open-loop", "JSON, 256 connections, open loop at a fixed rate", "/json", 256)
         for round_no in range(1, self.args.rounds + 1):
             self.log(f"latency: round {round_no}/{self.args.rounds} at {self.latency_rate:.0f} req/s")
@@ -806,14 +806,14 @@ class Runner:
     def run_loadgen(self, config: str, scenario: Scenario, round_no: int, port: int, proc: Proc) -> None:
         argv = ["taskset", "-c", self.args.client_cpus, str(BIN / "loadgen"), "-a", "127.0.0.1", "-p", str(port),
                 "-P", scenario.path, "-c", str(scenario.connections), "-r", f"{self.latency_rate:.0f}",
-                "-d", f"{self.args.latency_duration:g}", "-w", "1", "-T", "2"]
+                "-d", f"{self.args.latency_duration:g}", "-w", f"{self.args.latency_warmup:g}", "-T", "2"]
         cpu_before = proc.cpu_seconds()
         busy_before = cpu_busy_seconds(self.bench_cpus)
         usage_before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.monotonic()
         try:
             done = subprocess.run(argv, capture_output=True, text=True,
-                                  timeout=self.args.latency_duration + 20)
+                                  timeout=self.args.latency_warmup + self.args.latency_duration + 20)
         except subprocess.TimeoutExpired:
             self.event("latency", config, "failed", "loadgen timed out", scenario.name, round_no)
             return
@@ -1073,6 +1073,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    "measured on, in turn, until the JIT's tiers settle (seconds; default 30 s, --quick 1; "
                    "the native ceiling is not primed)")
     p.add_argument("--latency-duration", type=float, help="open-loop measured window (default 4 s, --quick 2)")
+    p.add_argument("--latency-warmup", type=float, help="open-loop warm-up at the same rate before the measured window "
+                   "(default 15 s, --quick 1): a pattern the closed-loop priming did not run still has methods to "
+                   "tier up, and with 1 s the JIT's background compiles made the p99 "
+                   "(docs/benchmarks/traces/latency-json-256.md)")
     p.add_argument("--latency-rate", type=float, help="open-loop rate in req/s (default: a sixth of the baseline's "
                    "median json-256 throughput; --quick 2000)")
     p.add_argument("--server-cpus", default="1", help="CPUs the server (and a proxy) are pinned to (default 1)")
@@ -1105,6 +1109,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args.warmup = args.warmup if args.warmup is not None else (1 if quick else 2)
     args.warmup_first = args.warmup_first if args.warmup_first is not None else (1 if quick else 30)
     args.latency_duration = args.latency_duration or (2.0 if quick else 4.0)
+    args.latency_warmup = args.latency_warmup if args.latency_warmup is not None else (1.0 if quick else 15.0)
     args.remeasure = args.remeasure if args.remeasure is not None else (0 if quick else 2)
     args.wrk_threads = args.wrk_threads or cpu_count(args.client_cpus)
     args.phases = [x for x in args.phases.split(",") if x]
@@ -1124,6 +1129,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         args.out = str(ROOT / "artifacts" / "benchmarks" / stamp)
     args.out = str(caller / args.out)                   # an absolute --out stays as it is
     args.config_file = str(caller / args.config_file)
+    if args.latency_warmup < 0 or args.latency_duration <= 0:
+        p.error("--latency-warmup must be ≥ 0 and --latency-duration > 0")
     for phase in args.phases:
         if phase not in ("main", "latency", "hosting", "sweep"):
             p.error(f"unknown phase {phase!r}")
@@ -1151,7 +1158,7 @@ def estimate_seconds(args: argparse.Namespace, configs: list[Config]) -> float:
         if todo:
             per_round += len(ceilings) * (start + len(todo) * (args.warmup + window))
     if "latency" in args.phases:
-        per_round += len(configs) * (start + args.warmup_first + args.warmup + 1.0 + args.latency_duration + 0.3)
+        per_round += len(configs) * (start + args.warmup_first + args.warmup + args.latency_warmup + args.latency_duration + 0.3)
     if "hosting" in args.phases:
         n = 1 if args.quick else len(HOSTING_SCENARIOS)
         setups = len(args.hosting) * len(args.hosting_transports)

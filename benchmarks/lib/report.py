@@ -378,7 +378,7 @@ def latency_section(data: dict) -> list[str]:
              f"**{lat['rate']:,.0f} req/s** ({lat['rate_source']}), on a schedule that does not wait for answers, "
              "and times each answer from the request's *intended* send time, so a server stall counts against "
              "every request it delayed (no coordinated omission). Histogram precision ≤ 0.78%. "
-             f"{lat['duration_s']:g} s measured after 1 s at the same rate. Values are medians over rounds of "
+             f"{lat['duration_s']:g} s measured after {lat.get('warmup_s', 1.0):g} s at the same rate. Values are medians over rounds of "
              "each round's percentile; \"loadgen lag\" is how late the generator itself was (p99): when it is "
              "large the machine, not the server, delayed the requests. CPU µs/request at a fixed, modest rate "
              "includes the server's idle-time costs (timers, polling), which a saturated run hides.", "",
