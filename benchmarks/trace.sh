@@ -10,17 +10,18 @@
 #   ./benchmarks/trace.sh --scenario plaintext16 linux='--transport linux' sockets='--transport sockets'
 #
 # --rate: the measured window is open loop instead (benchmarks/loadgen at that fixed rate, depth 1,
-# after the closed-loop warm-up and --rate-warmup seconds at the rate), and the summary lines the requests at or above p99 up with the
-# runtime's pauses, thread-pool changes, contention and compilation at the same moments (loadgen -s;
-# both sides are on CLOCK_MONOTONIC). --profile events leaves the SampleProfiler out (it suspends the
-# runtime about every millisecond to take stacks, which itself makes tail latency) and keeps the
-# runtime's GC, JIT, contention and thread-pool events. Give a configuration twice (linux1=...
-# sockets1=... sockets2=... linux2=...) for interleaved repeats. --sched also records the kernel's
-# scheduler tracepoints on the server's CPU during that window (perf, CLOCK_MONOTONIC), and the summary
-# shows which threads had the CPU inside the slow episodes and how long woken threads waited for it.
-# --profile none runs the server without EventPipe (with --sched, the least disturbed view).
-# NAME=@ceiling runs the raw C epoll server (benchmarks/ceiling) instead of the sample: the floor
-# that this machine and the load generator put under every latency.
+# after the closed-loop warm-up and --rate-warmup seconds at the rate), and the summary lines the
+# requests at or above p99 up with the runtime's pauses, thread-pool changes, contention and
+# compilation at the same moments (loadgen -s; both sides are on CLOCK_MONOTONIC). --profile events
+# leaves the SampleProfiler out (it suspends the runtime about every millisecond to take stacks,
+# which itself makes tail latency) and keeps the runtime's GC, JIT, contention and thread-pool
+# events. Give a configuration twice (linux1=... sockets1=... sockets2=... linux2=...) for
+# interleaved repeats. --sched also records the kernel's scheduler tracepoints on the server's CPU
+# during that window (perf, CLOCK_MONOTONIC), and the summary shows which threads had the CPU inside
+# the slow episodes and how long woken threads waited for it. --profile none runs the server without
+# EventPipe (with --sched, the least disturbed view). NAME=@ceiling runs the raw C epoll server
+# (benchmarks/ceiling) instead of the sample: the floor that this machine and the load generator put
+# under every latency.
 #
 # The trace is the runtime's own EventPipe, enabled by environment variables (no dotnet-trace needed):
 # the SampleProfiler provider (a stack of every managed thread about every millisecond) plus the runtime
@@ -51,7 +52,7 @@ while (( $# > 0 )); do
         --sched) sched=1; shift ;;
         --rate-warmup) rate_warmup=$2; shift 2 ;;
         --no-build) build=0; shift ;;
-        -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
         *=*) configs+=("$1"); shift ;;
         *) echo "trace: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
@@ -100,7 +101,11 @@ mkdir -p "$out"
 out=$(cd "$out" && pwd)
 summary=$out/summary.md
 {
-    echo "# EventPipe samples: $scenario ($path, depth $depth, $connections connections$( (( close )) && echo ', Connection: close'))"
+    if [[ -n $rate ]]; then
+        echo "# Open-loop latency tail: $scenario ($path, $connections connections, $rate req/s)"
+    else
+        echo "# EventPipe samples: $scenario ($path, depth $depth, $connections connections$( (( close )) && echo ', Connection: close'))"
+    fi
     echo
     echo "Command: \`./benchmarks/trace.sh --scenario $scenario --connections $connections --seconds $seconds --warmup $warmup${rate:+ --rate $rate --rate-warmup $rate_warmup}$( (( sched )) && echo ' --sched' || true) --profile $profile ${configs[*]}\`"
     echo "Server on CPU $server_cpus, wrk on CPU $client_cpus; $(date -u +%Y-%m-%dT%H:%MZ); commit $(git rev-parse --short HEAD 2> /dev/null || echo unknown)."

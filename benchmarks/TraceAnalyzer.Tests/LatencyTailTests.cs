@@ -121,6 +121,10 @@ public sealed class LatencyTailTests : IDisposable
         string sched = Path.Combine(_dir, "sched.txt");
         File.WriteAllText(sched, "not perf script output\n");
         Assert.Throws<FormatException>(() => SchedTimeline.Load(sched));
+
+        // From the command line: an error line and exit code 2, not an unhandled exception.
+        Assert.Equal(2, Program.Main(["--latency", path]));
+        Assert.Equal(2, Program.Main(["--latency", Path.Combine(_dir, "missing.txt")]));
     }
 
     private string Analyze(string latency, string? sched)

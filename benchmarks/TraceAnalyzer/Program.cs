@@ -42,9 +42,24 @@ internal static class Program
 
     public static int Main(string[] args)
     {
+        try
+        {
+            return Run(args);
+        }
+        catch (Exception e) when (e is FormatException or IOException)
+        {
+            // A malformed or missing loadgen -s or perf script file: say which and why, not a stack.
+            Console.Error.WriteLine($"TraceAnalyzer: {e.Message}");
+            return 2;
+        }
+    }
+
+    private static int Run(string[] args)
+    {
         if (args.Length < 1 || args[0] is "-h" or "--help")
         {
-            Console.WriteLine("usage: TraceAnalyzer TRACE.nettrace|--latency LOADGEN-SAMPLES [--from SECONDS] [--to SECONDS] [--top N] [--out FILE.md] [--title TEXT] [--callers FRAME-SUBSTRING] [--requests N] [--alloc-type TYPE] [--latency LOADGEN-SAMPLES [--sched PERF-SCRIPT]]");
+            Console.WriteLine("usage: TraceAnalyzer TRACE.nettrace [--from SECONDS] [--to SECONDS] [--top N] [--out FILE.md] [--title TEXT] [--callers FRAME-SUBSTRING] [--requests N] [--alloc-type TYPE] [--latency LOADGEN-SAMPLES [--sched PERF-SCRIPT]]");
+            Console.WriteLine("       TraceAnalyzer --latency LOADGEN-SAMPLES [--sched PERF-SCRIPT] [--out FILE.md] [--title TEXT]   (no trace: a server that is not .NET)");
             return args.Length < 1 ? 2 : 0;
         }
 

@@ -149,7 +149,7 @@ static void die(const char *fmt, ...)
     exit(1);
 }
 
-// -s: every measured request's intended send time and latency, in completion order.
+// -s: every measured request's intended send time, latency and send lag, in completion order.
 struct sample { uint64_t intended, latency, lag; };
 static struct sample *samples;
 static size_t sample_count, sample_cap;
