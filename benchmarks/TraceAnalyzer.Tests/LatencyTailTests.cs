@@ -60,14 +60,7 @@ public sealed class LatencyTailTests : IDisposable
     {
         // The window is 0–10 ms. A server thread has the CPU 0–4 ms, a compiler thread 4–6 ms (the stall),
         // the CPU is idle 6–10 ms. The compiler was woken at 3.9 ms: it waited 100 µs for the CPU.
-        var lines = new StringBuilder();
-        for (int i = 0; i < 100; i++)
-        {
-            long latency = i is 40 or 41 ? 2_000_000 : 50_000;
-            lines.Append(CultureInfo.InvariantCulture, $"{Base + i * 100_000L} {latency} 0\n");
-        }
-
-        lines.Append(CultureInfo.InvariantCulture, $"{Base + 9_950_000} 50000 0\n");   // answered at 10 ms
+        string lines = TwoSlowRequests(2_000_000);
         string sched = string.Join('\n',
             Switch(Base, "swapper/1", 0, "worker", 101),
             Wakeup(Base + 3_900_000, "compiler", 102),
@@ -75,7 +68,7 @@ public sealed class LatencyTailTests : IDisposable
             Switch(Base + 6_000_000, "compiler", 102, "swapper/1", 0),
             Switch(Base + 10_050_000, "swapper/1", 0, "worker", 101));
 
-        string report = Analyze(lines.ToString(), sched);
+        string report = Analyze(lines, sched);
 
         // The two slow requests are in flight 4.0–6.0 and 4.1–6.1 ms: one episode, 4.0–6.1 ms.
         Assert.Contains("| compiler | 95.2% | 20.0% |", report, StringComparison.Ordinal);
@@ -89,20 +82,14 @@ public sealed class LatencyTailTests : IDisposable
     {
         // The record misses the switch from idle back to the worker somewhere in 2–8 ms: the next switch
         // names the worker as outgoing although the CPU was last seen going idle.
-        var lines = new StringBuilder();
-        for (int i = 0; i < 100; i++)
-        {
-            lines.Append(CultureInfo.InvariantCulture, $"{Base + i * 100_000L} {(i is 40 or 41 ? 1_000_000 : 50_000)} 0\n");
-        }
-
-        lines.Append(CultureInfo.InvariantCulture, $"{Base + 9_950_000} 50000 0\n");
+        string lines = TwoSlowRequests(1_000_000);
         string sched = string.Join('\n',
             Switch(Base, "swapper/1", 0, "worker", 101),
             Switch(Base + 2_000_000, "worker", 101, "swapper/1", 0),
             Switch(Base + 8_000_000, "worker", 101, "swapper/1", 0),
             Switch(Base + 10_000_000, "swapper/1", 0, "worker", 101));
 
-        string report = Analyze(lines.ToString(), sched);
+        string report = Analyze(lines, sched);
 
         // The one episode (4.0–5.1 ms) falls inside the unrecorded stretch.
         Assert.Contains("| (not recorded: (idle) until worker) | 100.0% | 60.0% |", report, StringComparison.Ordinal);
@@ -127,20 +114,35 @@ public sealed class LatencyTailTests : IDisposable
         Assert.Equal(2, Program.Main(["--latency", Path.Combine(_dir, "missing.txt")]));
     }
 
+    /// <summary>
+    /// A 10 ms window: 100 requests 0.1 ms apart at 50 µs, except the two sent at 4.0 and 4.1 ms, which
+    /// take <paramref name="slow"/> ns (they are the requests at or above p99), and one more answered at 10 ms.
+    /// </summary>
+    private static string TwoSlowRequests(long slow)
+    {
+        var lines = new StringBuilder();
+        for (int i = 0; i < 100; i++)
+        {
+            lines.Append(CultureInfo.InvariantCulture, $"{Base + i * 100_000L} {(i is 40 or 41 ? slow : 50_000)} 0\n");
+        }
+
+        lines.Append(CultureInfo.InvariantCulture, $"{Base + 9_950_000} 50000 0\n");
+        return lines.ToString();
+    }
+
     private string Analyze(string latency, string? sched)
     {
         string latencyPath = Path.Combine(_dir, "latency.txt");
         File.WriteAllText(latencyPath, latency);
-        var tail = LatencyTail.Load(latencyPath);
+        string? schedPath = null;
         if (sched is not null)
         {
-            string schedPath = Path.Combine(_dir, "sched.txt");
+            schedPath = Path.Combine(_dir, "sched.txt");
             File.WriteAllText(schedPath, sched + "\n");
-            tail.Sched = SchedTimeline.Load(schedPath);
         }
 
         var report = new StringBuilder();
-        tail.Append(report);
+        LatencyTail.Load(latencyPath, schedPath).Append(report);
         return report.ToString();
     }
 

@@ -32,7 +32,6 @@ internal sealed class LatencyTail
     private string? _gcInPause;
     private double _nsPerTick = 1;
     private long _firstEvent = long.MaxValue, _lastEvent = long.MinValue;
-    private bool _traced;
 
     /// <summary>A request the generator sent this late (ns) was delayed by the machine before the server saw it.</summary>
     private const long LateSend = 100_000;
@@ -42,15 +41,19 @@ internal sealed class LatencyTail
     }
 
     /// <summary>What the server's CPU ran (perf's scheduler tracepoints), when given.</summary>
-    public SchedTimeline? Sched { get; set; }
+    private SchedTimeline? _sched;
+
+    /// <summary>Whether runtime events were observed (a .nettrace was given).</summary>
+    private bool Traced => _firstEvent <= _lastEvent;
 
     public long WindowStart { get; private set; }
 
     public long WindowEnd { get; private set; }
 
-    public static LatencyTail Load(string path)
+    /// <summary>Reads a loadgen -s file and, when <paramref name="schedPath"/> is given, a perf script of the server's CPU.</summary>
+    public static LatencyTail Load(string path, string? schedPath = null)
     {
-        var tail = new LatencyTail();
+        var tail = new LatencyTail { _sched = schedPath is null ? null : SchedTimeline.Load(schedPath) };
         foreach (string line in File.ReadLines(path))
         {
             if (line.Length == 0)
@@ -119,7 +122,6 @@ internal sealed class LatencyTail
     public void Observe(TraceEvent ev)
     {
         long at = Nanoseconds(ev);
-        _traced = true;
         _firstEvent = Math.Min(_firstEvent, at);
         _lastEvent = Math.Max(_lastEvent, at);
         switch (ev.EventName)
@@ -167,7 +169,7 @@ internal sealed class LatencyTail
         report.AppendLine(CultureInfo.InvariantCulture,
             $"#### The latency tail ({_requests.Count:N0} requests over {Ms(WindowEnd - WindowStart):F0} ms)");
         report.AppendLine();
-        if (_traced && (_lastEvent < WindowStart || _firstEvent > WindowEnd))
+        if (Traced && (_lastEvent < WindowStart || _firstEvent > WindowEnd))
         {
             report.AppendLine("The trace's events do not overlap the requests' window: its timestamps are not on CLOCK_MONOTONIC, so nothing can be lined up.");
             return;
@@ -186,7 +188,7 @@ internal sealed class LatencyTail
         report.AppendLine(CultureInfo.InvariantCulture,
             $"The tail's in-flight times merge into {episodes.Count} episodes; the largest 5 hold {Program.Share(episodes.OrderByDescending(e => e.Requests).Take(5).Sum(e => e.Requests), tail.Count)} of the tail requests, "
             + $"and {Program.Share(episodes.Where(e => e.Lag >= LateSend).Sum(e => e.Requests), tail.Count)} are in episodes where the generator sent a request ≥ {LateSend / 1000} µs late.");
-        if (_traced)
+        if (Traced)
         {
             AppendRuntime(report, tail, episodes, pauses);
         }
@@ -204,7 +206,7 @@ internal sealed class LatencyTail
                 $"| {Ms(e.Start - WindowStart):F1} | {Ms(e.End - e.Start):F2} | {e.Requests} | {Us(e.Worst)} | {Us(e.Lag)} | {(inside.Count == 0 ? "–" : string.Join("; ", inside))} | {(events.Count == 0 ? "–" : string.Join("; ", events))} |");
         }
 
-        Sched?.Append(report, WindowStart, WindowEnd, episodes.Select(e => (e.Start, e.End)).ToList());
+        _sched?.Append(report, WindowStart, WindowEnd, episodes.Select(e => (e.Start, e.End)).ToList());
         var windowSamples = _samples.Where(s => InWindow(s.At)).ToList();
         if (windowSamples.Count > 0)
         {

@@ -104,15 +104,8 @@ internal static class Program
 
             var untraced = new StringBuilder();
             untraced.AppendLine(CultureInfo.InvariantCulture, $"### {title}");
-            var untracedTail = LatencyTail.Load(latencyPath);
-            untracedTail.Sched = schedPath is null ? null : SchedTimeline.Load(schedPath);
-            untracedTail.Append(untraced);
-            Console.Write(untraced.ToString());
-            if (outPath is not null)
-            {
-                File.AppendAllText(outPath, untraced.ToString() + Environment.NewLine);
-            }
-
+            LatencyTail.Load(latencyPath, schedPath).Append(untraced);
+            Emit(untraced, outPath);
             return 0;
         }
 
@@ -129,8 +122,7 @@ internal static class Program
         if (latencyPath is not null)
         {
             // The window is the open-loop run's own (its requests' clock), not --from/--to.
-            tail = LatencyTail.Load(latencyPath);
-            tail.Sched = schedPath is null ? null : SchedTimeline.Load(schedPath);
+            tail = LatencyTail.Load(latencyPath, schedPath);
             tail.SetClock(log);
         }
 
@@ -268,14 +260,20 @@ internal static class Program
             AppendTable(report, $"where `{allocType}` is allocated (innermost managed frames)", "bytes", allocChains,
                 allocChains.Values.Sum(), top, chain => $"`{chain}`", "N0");
         }
+        Emit(report, outPath);
+
+        File.Delete(etlx);
+        return busy == 0 && tail is null ? 1 : 0;
+    }
+
+    /// <summary>Prints a summary, and appends it to the --out file when there is one.</summary>
+    private static void Emit(StringBuilder report, string? outPath)
+    {
         Console.Write(report.ToString());
         if (outPath is not null)
         {
             File.AppendAllText(outPath, report.ToString() + Environment.NewLine);
         }
-
-        File.Delete(etlx);
-        return busy == 0 && tail is null ? 1 : 0;
     }
 
     /// <summary>The area of the innermost frame that belongs to a known area, or null.</summary>
