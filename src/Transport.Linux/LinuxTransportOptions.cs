@@ -117,6 +117,18 @@ public sealed class LinuxTransportOptions
     public bool SchedBatchLoops { get; set; } = true;
 
     /// <summary>
+    /// Register each connection level-triggered with EPOLLONESHOT and re-arm it with
+    /// <c>epoll_ctl(EPOLL_CTL_MOD)</c> after every event, for what it then waits on: readable, and
+    /// writable only while a send the socket could not take whole waits. That is the registration of
+    /// the earlier Linux transport. By default (false) a connection is registered once, edge-triggered,
+    /// for reads and writes together, and is never re-armed: an <c>epoll_ctl</c> per request fewer.
+    /// Exists to measure that difference (docs/options.md); there is no known reason to turn it on.
+    /// Not with <see cref="ZeroCopySendThreshold"/>: zero-copy completions are reported as EPOLLERR,
+    /// which a one-shot registration that has nothing else to wait on would not report. Default: false.
+    /// </summary>
+    public bool OneShotRegistrations { get; set; }
+
+    /// <summary>
     /// TCP_DEFER_ACCEPT on the listening sockets, in seconds (tcp(7)): the kernel completes a connection
     /// to the server only once its first data arrives (or the time has passed), so clients that
     /// connect and send nothing never cost an accept or a pipe. 0 (the default) leaves it off. Range 0..3600.
@@ -210,6 +222,11 @@ public sealed class LinuxTransportOptions
         if (ZeroCopySendThreshold is < 0 or (> 0 and < 1024))
         {
             yield return $"{nameof(LinuxTransportOptions)}.{nameof(ZeroCopySendThreshold)} must be 0 (off) or at least 1024, but was {ZeroCopySendThreshold}.";
+        }
+
+        if (OneShotRegistrations && ZeroCopySendThreshold > 0)
+        {
+            yield return $"{nameof(LinuxTransportOptions)}.{nameof(OneShotRegistrations)} cannot be combined with {nameof(ZeroCopySendThreshold)} ({ZeroCopySendThreshold}): a one-shot registration would miss the kernel's zero-copy completions.";
         }
 
         if (MaxReadBufferSize is < 0)

@@ -305,12 +305,15 @@ internal sealed unsafe class EventLoop : PipeScheduler
         _connections.Add(connection);
         _metrics.CurrentConnections.Add(1);
         _metrics.TotalConnections.Add(1);
-        int rc = Epoll.Control(_epollFd, Epoll.EPOLL_CTL_ADD, connection.Fd, Epoll.EPOLLIN | Epoll.EPOLLOUT | Epoll.EPOLLRDHUP | Epoll.EPOLLET);
+        int rc = Epoll.Control(_epollFd, Epoll.EPOLL_CTL_ADD, connection.Fd, connection.RegistrationEvents);
         if (rc < 0)
         {
             connection.Fail(Errno.ToException(-rc, "epoll_ctl(ADD)"));
         }
     }
+
+    /// <summary>Re-arms a one-shot registration (LinuxTransportOptions.OneShotRegistrations); 0 or -errno.</summary>
+    public int Rearm(int fd, uint events) => Epoll.Control(_epollFd, Epoll.EPOLL_CTL_MOD, fd, events);
 
     /// <summary>Forgets a connection whose fd is about to be closed (loop thread only).</summary>
     public void Unregister(LinuxConnection connection)

@@ -21,6 +21,7 @@ public sealed class ConfigurationTests
             ["Kestrel:LinuxTransport:ApplicationSchedulingMode"] = "Inline",
             ["Kestrel:LinuxTransport:AioReceive"] = "true",
             ["Kestrel:LinuxTransport:DeferSend"] = "false",
+            ["Kestrel:LinuxTransport:OneShotRegistrations"] = "true",
             ["Kestrel:LinuxTransport:MaxReadBufferSize"] = "4096",
             ["Kestrel:LinuxTransport:Backlog"] = "100",
         });
@@ -34,6 +35,7 @@ public sealed class ConfigurationTests
         Assert.True(options.AioReceive);
         Assert.False(options.AioSend);
         Assert.False(options.DeferSend);
+        Assert.True(options.OneShotRegistrations);
         Assert.Equal(4096, options.MaxReadBufferSize);
         Assert.Equal(200, options.Backlog);
         Assert.IsType<LinuxTransportFactory>(app.Services.GetServices<IConnectionListenerFactory>().Last());

@@ -40,4 +40,15 @@ public sealed class OptionsValidationTests(ITestOutputHelper output)
         Assert.Contains(option, error, StringComparison.Ordinal);
         Assert.Contains(value.ToString(System.Globalization.CultureInfo.InvariantCulture), error, StringComparison.Ordinal);
     }
+
+    /// <summary>Either alone is valid; together a one-shot registration would miss zero-copy completions.</summary>
+    [Fact]
+    public void OneShotRegistrations_with_zero_copy_sends_is_refused_with_both_options_named()
+    {
+        Assert.Empty(new LinuxTransportOptions { OneShotRegistrations = true }.Validate());
+        Assert.Empty(new LinuxTransportOptions { ZeroCopySendThreshold = 16384 }.Validate());
+        var error = Assert.Single(new LinuxTransportOptions { OneShotRegistrations = true, ZeroCopySendThreshold = 16384 }.Validate());
+        Assert.Contains("OneShotRegistrations", error, StringComparison.Ordinal);
+        Assert.Contains("ZeroCopySendThreshold", error, StringComparison.Ordinal);
+    }
 }

@@ -39,6 +39,12 @@ public enum TransportKind
     /// (where the kernel copies anyway and would otherwise turn them off after the first completion).
     /// </summary>
     LinuxZeroCopy,
+
+    /// <summary>
+    /// The Linux transport, native engine, with OneShotRegistrations: every connection is re-armed with
+    /// epoll_ctl after each event instead of being registered once, edge-triggered.
+    /// </summary>
+    LinuxOneShot,
 }
 
 /// <summary>The theory data that selects transports, and the options each kind stands for.</summary>
@@ -49,14 +55,14 @@ public static class Transports
 
     /// <summary>Transport-level tests: the test drives the pipes itself, so Inline scheduling adds nothing there.</summary>
     public static TheoryData<TransportKind> ConnectionLevel =>
-        new() { TransportKind.Sockets, TransportKind.LinuxNative, TransportKind.LinuxManaged, TransportKind.LinuxAio, TransportKind.LinuxZeroCopy };
+        new() { TransportKind.Sockets, TransportKind.LinuxNative, TransportKind.LinuxManaged, TransportKind.LinuxAio, TransportKind.LinuxZeroCopy, TransportKind.LinuxOneShot };
 
     /// <summary>Host-level tests: every kind, Inline included.</summary>
     public static TheoryData<TransportKind> HostLevel =>
         new()
         {
             TransportKind.Sockets, TransportKind.LinuxNative, TransportKind.LinuxManaged, TransportKind.LinuxInline,
-            TransportKind.LinuxAio, TransportKind.LinuxImmediateSend, TransportKind.LinuxZeroCopy,
+            TransportKind.LinuxAio, TransportKind.LinuxImmediateSend, TransportKind.LinuxZeroCopy, TransportKind.LinuxOneShot,
         };
 
     /// <summary>For behaviour only the Linux transport has (its own options).</summary>
@@ -84,6 +90,7 @@ public static class Transports
 
         options.ZeroCopySendThreshold = kind == TransportKind.LinuxZeroCopy ? 1024 : 0;
         options.ZeroCopyWhenKernelCopies = kind == TransportKind.LinuxZeroCopy;
+        options.OneShotRegistrations = kind == TransportKind.LinuxOneShot;
     }
 
     /// <summary>
