@@ -87,7 +87,9 @@ result=$(load "$seconds")
 kill -INT "$perf_pid"
 wait "$perf_pid" || true
 
-requests=$(sed -n 's/^WRK_RESULT //p' <<< "$result" | python3 -c 'import json, sys; print(json.load(sys.stdin)["requests"])')
+summary=$(sed -n 's/^WRK_RESULT //p' <<< "$result")
+[[ -n $summary ]] || { echo "$result" >&2; echo "syscalls: wrk printed no result" >&2; exit 1; }
+requests=$(python3 -c 'import json, sys; print(json.loads(sys.argv[1])["requests"])' "$summary")
 echo "transport=$transport scheduling=$scheduling $url depth=$depth connections=$connections ${envs[*]-}"
 echo "$requests requests in ${seconds} s (counting slows system calls: not a rate to quote)"
 python3 - "$requests" "$out/perf.csv" <<'PY'

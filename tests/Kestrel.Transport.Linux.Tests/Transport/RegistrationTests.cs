@@ -1,4 +1,3 @@
-using System.Buffers;
 using System.Globalization;
 using System.Net;
 using Kestrel.Transport.Linux.Internal;
@@ -27,10 +26,8 @@ public sealed class RegistrationTests(ITestOutputHelper output)
     public async Task By_default_a_connection_is_registered_once_edge_triggered_for_reads_and_writes(TransportKind kind)
     {
         await using var transport = TestTransport.Create(kind, output);
-        var listener = await transport.BindAsync(new IPEndPoint(IPAddress.Loopback, 0));
-        using var client = await TestSockets.ConnectAsync(listener.EndPoint);
-        var connection = Assert.IsType<LinuxConnection>(await transport.AcceptAsync(listener));
-        var factory = (LinuxTransportFactory)transport.Factory;
+        var (client, connection, factory) = await ConnectAsync(transport);
+        using var _ = client;
 
         Assert.Equal(EdgeTriggeredAll, RegisteredEvents(factory, connection.Fd));
         for (int i = 0; i < 3; i++)
@@ -58,10 +55,8 @@ public sealed class RegistrationTests(ITestOutputHelper output)
             s.MaxWriteBufferSize = null;
             s.Linux = o => o.OneShotRegistrations = true;
         });
-        var listener = await transport.BindAsync(new IPEndPoint(IPAddress.Loopback, 0));
-        using var client = await TestSockets.ConnectAsync(listener.EndPoint);
-        var connection = Assert.IsType<LinuxConnection>(await transport.AcceptAsync(listener));
-        var factory = (LinuxTransportFactory)transport.Factory;
+        var (client, connection, factory) = await ConnectAsync(transport);
+        using var _ = client;
 
         Assert.Equal(OneShotRead, RegisteredEvents(factory, connection.Fd));
         for (int i = 0; i < 3; i++)
@@ -71,18 +66,11 @@ public sealed class RegistrationTests(ITestOutputHelper output)
         }
 
         // The client reads nothing: the socket's send buffer fills and the rest waits for EPOLLOUT.
-        var chunk = new byte[64 * 1024];
-        for (int position = 0; position < Length; position += chunk.Length)
-        {
-            TestData.Fill(Seed, position, chunk);
-            await connection.Transport.Output.WriteAsync(chunk).AsTask().WaitAsync(TestTimeouts.Default);
-        }
+        await WriteAsync(connection, Seed, Length);
 
         await WaitForEventsAsync(factory, connection.Fd, OneShotRead | Epoll.EPOLLOUT);
 
-        var received = new byte[Length];
-        await client.ReceiveExactlyAsync(received, TestTimeouts.Large);
-        Assert.True(received.AsSpan().SequenceEqual(TestData.Create(Seed, Length)), "The response arrived corrupted.");
+        await ReceiveAndCheckAsync(client, Seed, Length);
         await WaitForEventsAsync(factory, connection.Fd, OneShotRead);
 
         // The read side still works after the write wait.
@@ -107,22 +95,15 @@ public sealed class RegistrationTests(ITestOutputHelper output)
             s.MaxWriteBufferSize = null;
             s.Linux = o => o.OneShotRegistrations = true;
         });
-        var listener = await transport.BindAsync(new IPEndPoint(IPAddress.Loopback, 0));
-        using var client = await TestSockets.ConnectAsync(listener.EndPoint);
-        var connection = Assert.IsType<LinuxConnection>(await transport.AcceptAsync(listener));
-        var factory = (LinuxTransportFactory)transport.Factory;
+        var (client, connection, factory) = await ConnectAsync(transport);
+        using var _ = client;
 
         // The loop reads it all at once and its flush waits for the app: armed for reads again.
         byte[] first = TestData.Create(1, 2000);
         await client.SendAllAsync(first);
         await WaitForEventsAsync(factory, connection.Fd, OneShotRead);
 
-        var chunk = new byte[64 * 1024];
-        for (int position = 0; position < Length; position += chunk.Length)
-        {
-            TestData.Fill(Seed, position, chunk);
-            await connection.Transport.Output.WriteAsync(chunk).AsTask().WaitAsync(TestTimeouts.Default);
-        }
+        await WriteAsync(connection, Seed, Length);
 
         await WaitForEventsAsync(factory, connection.Fd, OneShotRead | Epoll.EPOLLOUT);
 
@@ -131,22 +112,39 @@ public sealed class RegistrationTests(ITestOutputHelper output)
         await client.SendAllAsync(second);
         await WaitForEventsAsync(factory, connection.Fd, Epoll.EPOLLOUT | Epoll.EPOLLONESHOT | Always);
 
-        var received = new byte[Length];
-        await client.ReceiveExactlyAsync(received, TestTimeouts.Large);
-        Assert.True(received.AsSpan().SequenceEqual(TestData.Create(Seed, Length)), "The response arrived corrupted.");
+        await ReceiveAndCheckAsync(client, Seed, Length);
 
-        var input = connection.Transport.Input;
-        var all = new List<byte>();
-        while (all.Count < first.Length + second.Length)
-        {
-            var read = await input.ReadAsync().AsTask().WaitAsync(TestTimeouts.Default);
-            all.AddRange(read.Buffer.ToArray());
-            input.AdvanceTo(read.Buffer.End);
-        }
-
-        Assert.Equal([.. first, .. second], all);
+        byte[] arrived = await connection.ReadExactlyAsync(first.Length + second.Length);
+        Assert.Equal([.. first, .. second], arrived);
         await WaitForEventsAsync(factory, connection.Fd, OneShotRead);
         await transport.StopAsync();
+    }
+
+    private static async Task<(System.Net.Sockets.Socket Client, LinuxConnection Connection, LinuxTransportFactory Factory)> ConnectAsync(TestTransport transport)
+    {
+        var listener = await transport.BindAsync(new IPEndPoint(IPAddress.Loopback, 0));
+        var client = await TestSockets.ConnectAsync(listener.EndPoint);
+        var connection = Assert.IsType<LinuxConnection>(await transport.AcceptAsync(listener));
+        return (client, connection, (LinuxTransportFactory)transport.Factory);
+    }
+
+    /// <summary>The app writes <paramref name="length"/> bytes of test data; the pipe takes them all (MaxWriteBufferSize null).</summary>
+    private static async Task WriteAsync(ConnectionContext connection, ulong seed, int length)
+    {
+        var chunk = new byte[64 * 1024];
+        for (int position = 0; position < length; position += chunk.Length)
+        {
+            int size = Math.Min(chunk.Length, length - position);
+            TestData.Fill(seed, position, chunk.AsSpan(0, size));
+            await connection.Transport.Output.WriteAsync(chunk.AsMemory(0, size)).AsTask().WaitAsync(TestTimeouts.Default);
+        }
+    }
+
+    private static async Task ReceiveAndCheckAsync(System.Net.Sockets.Socket client, ulong seed, int length)
+    {
+        var received = new byte[length];
+        await client.ReceiveExactlyAsync(received, TestTimeouts.Large);
+        Assert.True(received.AsSpan().SequenceEqual(TestData.Create(seed, length)), "The response arrived corrupted.");
     }
 
     /// <summary>The app echoes one short message back; the client checks it.</summary>
@@ -154,19 +152,7 @@ public sealed class RegistrationTests(ITestOutputHelper output)
     {
         byte[] message = System.Text.Encoding.ASCII.GetBytes($"ping {round}");
         await client.SendAllAsync(message);
-        var input = connection.Transport.Input;
-        while (true)
-        {
-            var read = await input.ReadAsync().AsTask().WaitAsync(TestTimeouts.Default);
-            if (read.Buffer.Length >= message.Length)
-            {
-                Assert.Equal(message, read.Buffer.ToArray());
-                input.AdvanceTo(read.Buffer.End);
-                break;
-            }
-
-            input.AdvanceTo(read.Buffer.Start, read.Buffer.End);
-        }
+        Assert.Equal(message, await connection.ReadExactlyAsync(message.Length));
 
         await connection.Transport.Output.WriteAsync(message).AsTask().WaitAsync(TestTimeouts.Default);
         var echoed = new byte[message.Length];
