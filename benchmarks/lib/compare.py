@@ -378,6 +378,15 @@ class StartResult:
     argv: list[str] = field(default_factory=list)
 
 
+@dataclass
+class MainServer:
+    """A started, verified and primed server of the main phase, and the scenarios it can be measured on."""
+    config: Config
+    proc: Proc
+    url: str
+    runnable: list[Scenario]
+
+
 class Runner:
     def __init__(self, args: argparse.Namespace, configs: list[Config]) -> None:
         self.args = args
@@ -677,10 +686,12 @@ class Runner:
     def phase_main(self) -> None:
         scenarios = selected_scenarios(self.args)
         self.meta["scenarios"] = [s.as_dict() for s in scenarios]
+        self.meta["order"] = self.args.order
         modes = [m for m in ("middleware", "platform") if any(s.mode == m for s in scenarios)]
         rounds = self.args.rounds
         for round_no in range(1, rounds + 1):
             self.log(f"main: round {round_no}/{rounds}")
+            plans = []          # (config, mode, scenarios), in this round's rotated order
             for config in self.rotated(self.configs, round_no):
                 config_modes = ["any"] if config.kind == "ceiling" else modes
                 for mode in config_modes:
@@ -695,19 +706,31 @@ class Runner:
                     todo = [s for s in todo if (config.name, s.path) not in self.unsupported]
                     if not todo or (config.name, mode) in self.unsupported:
                         continue
+                    plans.append((config, mode, todo))
+            if self.args.order == "paired":
+                # The ceiling serves both modes' rows at once, so it is paired with the first mode's servers.
+                for mode in modes:
+                    group = [p for p in plans if p[1] == mode or (p[1] == "any" and mode == modes[0])]
+                    self.run_paired(group, round_no)
+                    self.save()
+            else:
+                for config, mode, todo in plans:
                     self.run_server_scenarios(config, mode, todo, round_no)
-                self.save()
+                    self.save()
 
-    def run_server_scenarios(self, config: Config, mode: str, todo: list[Scenario], round_no: int) -> None:
+    def open_server(self, config: Config, mode: str, todo: list[Scenario], round_no: int) -> MainServer | None:
+        """Starts and verifies one configuration's server for the main phase, and primes it on the scenarios
+        it can serve. None when it did not start or failed verification (recorded as an event)."""
         port = free_port(self.ports)
         target = verify.Target("tcp", host="127.0.0.1", port=port)
         server_mode = "middleware" if mode == "any" else mode
         started = self.start_server(config, server_mode, target, self.args.server_cpus, None,
                                     f"main-r{round_no}-{config.name}-{mode}")
+        if started.state != "ok":
+            self.start_failed("main", config, mode, started, "*", round_no, mode)
+            return None
+        server = MainServer(config, started.proc, f"http://127.0.0.1:{port}", [])
         try:
-            if started.state != "ok":
-                self.start_failed("main", config, mode, started, "*", round_no, mode)
-                return
             self.startup_lines.setdefault(config.name, started.startup_line)
             self.commands.setdefault(config.name, shlex.join(started.argv))
             paths = list(dict.fromkeys(CORE_PATHS + [s.path for s in todo]))
@@ -715,8 +738,8 @@ class Runner:
                 paths = [p for p in paths if p in CORE_PATHS]
             result = self.verify_server("main", config.name, target, paths, round_no, mode)
             if result is None:
-                return
-            runnable = []
+                server.proc.stop()
+                return None
             for scenario in todo:
                 state, reason = result.state(scenario.path)
                 if state == "missing":
@@ -727,20 +750,53 @@ class Runner:
                     self.event("main", config.name, "failed", "verification: " + reason, scenario.name,
                                round_no, mode)
                     continue
-                runnable.append(scenario)
+                server.runnable.append(scenario)
             if config.kind != "ceiling":
-                self.prime(f"http://127.0.0.1:{port}", runnable, self.args.warmup_first, self.args.client_cpus,
+                self.prime(server.url, server.runnable, self.args.warmup_first, self.args.client_cpus,
                            self.args.wrk_threads)
-            for scenario in runnable:
-                alive = self.measure("main", config.name, scenario, round_no, f"http://127.0.0.1:{port}",
-                                     {"server": started.proc}, self.args.warmup, self.args.client_cpus,
-                                     self.args.wrk_threads, cpu_count(self.args.server_cpus),
-                                     {"hosting": "direct", "threads": None})
-                if not alive:
+            return server
+        except BaseException:
+            server.proc.stop()
+            raise
+
+    def measure_on(self, server: MainServer, scenario: Scenario, round_no: int) -> bool:
+        return self.measure("main", server.config.name, scenario, round_no, server.url, {"server": server.proc},
+                            self.args.warmup, self.args.client_cpus, self.args.wrk_threads,
+                            cpu_count(self.args.server_cpus), {"hosting": "direct", "threads": None})
+
+    def run_server_scenarios(self, config: Config, mode: str, todo: list[Scenario], round_no: int) -> None:
+        """--order blocks: one server at a time, measured on all its scenarios, then stopped."""
+        server = self.open_server(config, mode, todo, round_no)
+        if server is None:
+            return
+        try:
+            for scenario in server.runnable:
+                if not self.measure_on(server, scenario, round_no):
                     return
         finally:
-            if started.proc:
-                started.proc.stop()
+            server.proc.stop()
+
+    def run_paired(self, plans: list[tuple[Config, str, list[Scenario]]], round_no: int) -> None:
+        """--order paired: every configuration's server of the round is started and primed first, all pinned
+        to the server CPUs, and then each scenario is measured on each server in turn (in the round's
+        rotated order), so the windows a ratio compares are seconds apart rather than minutes. The servers
+        not under load are idle in epoll_wait; their CPU counts as other load in the measured window."""
+        servers: list[MainServer] = []
+        try:
+            for config, mode, todo in plans:
+                server = self.open_server(config, mode, todo, round_no)
+                if server is not None:
+                    servers.append(server)
+            order = list(dict.fromkeys(s.name for _, _, todo in plans for s in todo))
+            for name in order:
+                for server in servers:
+                    scenario = next((s for s in server.runnable if s.name == name), None)
+                    if scenario is None or not server.proc.alive():
+                        continue
+                    self.measure_on(server, scenario, round_no)
+        finally:
+            for server in servers:
+                server.proc.stop()
 
     def phase_latency(self) -> None:
         if self.args.latency_rate:
@@ -1089,6 +1145,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--baseline", default="sockets", help="configuration the ratios are relative to")
     p.add_argument("--phases", default="main,latency,hosting,sweep", help="phases to run, comma-separated")
     p.add_argument("--scenarios", help="comma-separated subset of the main scenarios")
+    p.add_argument("--order", choices=("blocks", "paired"), default="blocks",
+                   help="main phase: blocks (default) runs one server at a time through all its scenarios; "
+                        "paired starts every configuration's server of a round at once (all pinned to the "
+                        "server CPUs, one loaded at a time) and measures each scenario on each of them back to "
+                        "back, so a slow period of the machine falls on both sides of a ratio")
     p.add_argument("--hosting", help="hosting models (default direct,nginx-tcp,nginx-unix,caddy; "
                    "--quick direct,nginx-tcp); caddy-unix is also available")
     p.add_argument("--hosting-transports", default="linux,sockets")

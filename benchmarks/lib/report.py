@@ -565,7 +565,10 @@ def write_markdown(out: Path, data: dict, charts: list[tuple[str, str]], chart_n
         f"| Commit | {machine.get('git_commit', '?')}"
         + (" (dirty: uncommitted changes to tracked files)" if machine.get("git_dirty") else "") + " |",
         f"| Rounds | {meta.get('rounds')} per phase, configurations interleaved (order rotated each round); "
-        "every server restarted each round |",
+        "every server restarted each round"
+        + ("; main phase paired: each round's servers run side by side (one loaded at a time) and each "
+           "scenario is measured on every configuration back to back" if meta.get("order") == "paired" else "")
+        + " |",
         f"| Windows | {meta.get('duration_s'):g} s measured; every fresh .NET server primed for "
         f"{meta.get('warmup_first_s'):g} s on its scenarios in turn (so the JIT's tiers settle), then "
         f"{meta.get('warmup_s'):g} s of warm-up on each scenario right before its window"
