@@ -788,12 +788,14 @@ class Runner:
                 if server is not None:
                     servers.append(server)
             order = list(dict.fromkeys(s.name for _, _, todo in plans for s in todo))
+            live = list(servers)
             for name in order:
-                for server in servers:
+                for server in list(live):
                     scenario = next((s for s in server.runnable if s.name == name), None)
-                    if scenario is None or not server.proc.alive():
-                        continue
-                    self.measure_on(server, scenario, round_no)
+                    # A server that died, even while another one was loaded, fails its next window
+                    # (window() records it) and is measured no more this round.
+                    if scenario is not None and not self.measure_on(server, scenario, round_no):
+                        live.remove(server)
         finally:
             for server in servers:
                 server.proc.stop()
