@@ -30,6 +30,9 @@ internal sealed unsafe class EventLoop : PipeScheduler
 
     private readonly LinuxTransportOptions _options;
     private readonly ThreadPoolDispatchQueue? _dispatchQueue;
+
+    /// <summary><see cref="LinuxTransportOptions.SpinBeforeSleepMicroseconds"/> in <see cref="Stopwatch"/> ticks (0: off).</summary>
+    private readonly long _spinTicks;
     private readonly TransportMetrics _metrics;
     private readonly ILogger _logger;
     private readonly Thread _thread;
@@ -116,6 +119,7 @@ internal sealed unsafe class EventLoop : PipeScheduler
         OutputPipeOptions = new PipeOptions(ZeroCopyPool ?? pool, outputReaderScheduler, ApplicationScheduler, maxWrite, maxWrite / 2, useSynchronizationContext: false);
 
         _applyBusyPoll = options.BusyPollMicroseconds > 0;
+        _spinTicks = options.SpinBeforeSleepMicroseconds * Stopwatch.Frequency / 1_000_000;
         _applyQuickAck = options.TcpQuickAck;
         _applyNotSentLowAt = options.TcpNotSentLowAtBytes > 0;
         _applyZeroCopy = options.ZeroCopySendThreshold > 0;
@@ -410,7 +414,9 @@ internal sealed unsafe class EventLoop : PipeScheduler
                     }
                 }
 
-                int count = Epoll.Wait(_epollFd, events, MaxEventsPerWait, timeout);
+                int count = timeout != 0 && _spinTicks > 0 && !polling
+                    ? SpinThenWait(events, timeout)
+                    : Epoll.Wait(_epollFd, events, MaxEventsPerWait, timeout);
                 Volatile.Write(ref _state, Awake);
                 Volatile.Write(ref _passCount, _passCount + 1);
                 if (_metrics.EventsPerPass.Enabled)
@@ -446,6 +452,28 @@ internal sealed unsafe class EventLoop : PipeScheduler
             Shutdown();
             t_current = null;
         }
+    }
+
+    /// <summary>
+    /// <see cref="LinuxTransportOptions.SpinBeforeSleepMicroseconds"/>: polls epoll without blocking until
+    /// something is ready, work is posted, or the spin's time is up, and only then waits. The loop's state
+    /// already says it may sleep, so a thread that posts work meanwhile also writes the eventfd, which the
+    /// next poll sees: nothing posted during the spin can be missed.
+    /// </summary>
+    private int SpinThenWait(byte* events, int timeout)
+    {
+        long end = Stopwatch.GetTimestamp() + _spinTicks;
+        do
+        {
+            int count = Epoll.Wait(_epollFd, events, MaxEventsPerWait, 0);
+            if (count != 0 || !_workQueue.IsEmpty)
+            {
+                return count;
+            }
+        }
+        while (Stopwatch.GetTimestamp() < end);
+
+        return Epoll.Wait(_epollFd, events, MaxEventsPerWait, timeout);
     }
 
     private void PinThread()

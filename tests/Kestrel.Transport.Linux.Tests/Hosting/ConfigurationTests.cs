@@ -22,6 +22,7 @@ public sealed class ConfigurationTests
             ["Kestrel:LinuxTransport:AioReceive"] = "true",
             ["Kestrel:LinuxTransport:DeferSend"] = "false",
             ["Kestrel:LinuxTransport:OneShotRegistrations"] = "true",
+            ["Kestrel:LinuxTransport:SpinBeforeSleepMicroseconds"] = "50",
             ["Kestrel:LinuxTransport:MaxReadBufferSize"] = "4096",
             ["Kestrel:LinuxTransport:Backlog"] = "100",
         });
@@ -36,6 +37,7 @@ public sealed class ConfigurationTests
         Assert.False(options.AioSend);
         Assert.False(options.DeferSend);
         Assert.True(options.OneShotRegistrations);
+        Assert.Equal(50, options.SpinBeforeSleepMicroseconds);
         Assert.Equal(4096, options.MaxReadBufferSize);
         Assert.Equal(200, options.Backlog);
         Assert.IsType<LinuxTransportFactory>(app.Services.GetServices<IConnectionListenerFactory>().Last());

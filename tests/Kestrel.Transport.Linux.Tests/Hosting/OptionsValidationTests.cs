@@ -28,6 +28,8 @@ public sealed class OptionsValidationTests(ITestOutputHelper output)
     [InlineData("TcpDeferAcceptSeconds", 3601)]
     [InlineData("BusyPollMicroseconds", -1)]
     [InlineData("BusyPollMicroseconds", 1_000_001)]
+    [InlineData("SpinBeforeSleepMicroseconds", -1)]
+    [InlineData("SpinBeforeSleepMicroseconds", 1_000_001)]
     [InlineData("TcpNotSentLowAtBytes", -1)]
     [InlineData("ZeroCopySendThreshold", -1)]
     [InlineData("ZeroCopySendThreshold", 1)]

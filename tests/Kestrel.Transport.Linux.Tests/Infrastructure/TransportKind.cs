@@ -23,6 +23,12 @@ public enum TransportKind
     LinuxInline,
 
     /// <summary>
+    /// As <see cref="LinuxInline"/>, with SpinBeforeSleepMicroseconds: the loop polls epoll for 200 µs
+    /// before every sleep, so requests, wake-ups and posted work also arrive while it spins (host tests only).
+    /// </summary>
+    LinuxInlineSpin,
+
+    /// <summary>
     /// The Linux transport, native engine, with AioReceive and AioSend: batches go through io_submit. The
     /// loop makes every send (SendFromThreadPool off), so that sends go through io_submit too.
     /// </summary>
@@ -62,7 +68,7 @@ public static class Transports
         new()
         {
             TransportKind.Sockets, TransportKind.LinuxNative, TransportKind.LinuxManaged, TransportKind.LinuxInline,
-            TransportKind.LinuxAio, TransportKind.LinuxImmediateSend, TransportKind.LinuxZeroCopy, TransportKind.LinuxOneShot,
+            TransportKind.LinuxInlineSpin, TransportKind.LinuxAio, TransportKind.LinuxImmediateSend, TransportKind.LinuxZeroCopy, TransportKind.LinuxOneShot,
         };
 
     /// <summary>For behaviour only the Linux transport has (its own options).</summary>
@@ -76,7 +82,7 @@ public static class Transports
     {
         options.ThreadCount = LinuxThreadCount;
         options.UseNativeEngine = kind != TransportKind.LinuxManaged;
-        options.ApplicationSchedulingMode = kind == TransportKind.LinuxInline
+        options.ApplicationSchedulingMode = kind.IsInline()
             ? ApplicationSchedulingMode.Inline
             : ApplicationSchedulingMode.ThreadPool;
         options.AioReceive = options.AioSend = kind == TransportKind.LinuxAio;
@@ -91,7 +97,11 @@ public static class Transports
         options.ZeroCopySendThreshold = kind == TransportKind.LinuxZeroCopy ? 1024 : 0;
         options.ZeroCopyWhenKernelCopies = kind == TransportKind.LinuxZeroCopy;
         options.OneShotRegistrations = kind == TransportKind.LinuxOneShot;
+        options.SpinBeforeSleepMicroseconds = kind == TransportKind.LinuxInlineSpin ? 200 : 0;
     }
+
+    /// <summary>True for the kinds that run the app on the loop thread.</summary>
+    public static bool IsInline(this TransportKind kind) => kind is TransportKind.LinuxInline or TransportKind.LinuxInlineSpin;
 
     /// <summary>
     /// A native run that silently fell back to the managed engine would test the managed engine twice,

@@ -1,7 +1,7 @@
 using System.Buffers;
 using System.Diagnostics;
-using Kestrel.Transport.Linux.Interop;
 using Kestrel.Transport.Linux.Internal;
+using Kestrel.Transport.Linux.Tests.Infrastructure;
 using Microsoft.Extensions.Logging.Abstractions;
 
 namespace Kestrel.Transport.Linux.Tests.Transport;
@@ -191,34 +191,7 @@ public sealed class DispatchQueueTests : IDisposable
     }
 
     /// <summary>True once the loop thread is asleep in epoll_wait (nothing else runs on it here).</summary>
-    private bool LoopSleeps()
-    {
-        var deadline = Stopwatch.StartNew();
-        while (_loop.ThreadId == 0)
-        {
-            if (deadline.Elapsed > Release)
-            {
-                return false;
-            }
-
-            Thread.Sleep(1);
-        }
-
-        var stat = $"/proc/self/task/{_loop.ThreadId}/stat";
-        int asleep = 0;
-        while (asleep < 3)
-        {
-            if (deadline.Elapsed > Release)
-            {
-                return false;
-            }
-
-            asleep = Affinity.IsThreadBlocked(stat) ? asleep + 1 : 0;
-            Thread.Sleep(1);
-        }
-
-        return true;
-    }
+    private bool LoopSleeps() => LoopThread.WaitUntilAsleep(_loop, Release, samplesInARow: 3);
 
     /// <summary>What a continuation saw; written on its pool thread, read after <see cref="Done"/>.</summary>
     private sealed class Outcome
