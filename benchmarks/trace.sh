@@ -97,6 +97,10 @@ fi
 [[ -z $rate || -x $loadgen ]] || { echo "trace: $loadgen is missing; run without --no-build" >&2; exit 2; }
 sample=samples/TechEmpower/bin/Release/net10.0/TechEmpower.dll
 analyzer=benchmarks/TraceAnalyzer/bin/Release/net10.0/TraceAnalyzer.dll
+# With --no-build, say what is missing before any server starts, not after the first trace.
+for f in "$sample" "$analyzer"; do
+    [[ -f $f ]] || { echo "trace: $f is missing; run without --no-build" >&2; exit 2; }
+done
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 summary=$out/summary.md
