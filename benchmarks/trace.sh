@@ -98,7 +98,11 @@ fi
 sample=samples/TechEmpower/bin/Release/net10.0/TechEmpower.dll
 analyzer=benchmarks/TraceAnalyzer/bin/Release/net10.0/TraceAnalyzer.dll
 # With --no-build, say what is missing before any server starts, not after the first trace.
-for f in "$sample" "$analyzer"; do
+needed=("$analyzer")
+for c in "${configs[@]}"; do
+    if [[ ${c#*=} == @ceiling ]]; then needed+=(artifacts/benchmarks/bin/ceiling); else needed+=("$sample"); fi
+done
+for f in "${needed[@]}"; do
     [[ -f $f ]] || { echo "trace: $f is missing; run without --no-build" >&2; exit 2; }
 done
 mkdir -p "$out"
