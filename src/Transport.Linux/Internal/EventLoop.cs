@@ -64,6 +64,7 @@ internal sealed unsafe class EventLoop : PipeScheduler
     private bool _applyQuickAck;
     private bool _applyNotSentLowAt;
     private bool _applyZeroCopy;
+    private int _zeroCopyRefusedLogged;
 
     // Totals read by the meter's observable instruments; written only by this loop's thread.
     private long _passCount;
@@ -152,6 +153,19 @@ internal sealed unsafe class EventLoop : PipeScheduler
 
     /// <summary>True when accepted TCP sockets get SO_ZEROCOPY (until the kernel refuses it once).</summary>
     public bool ZeroCopy => _applyZeroCopy;
+
+    /// <summary>
+    /// A MSG_ZEROCOPY send of this loop's connections that the kernel refused with ENOBUFS (on the loop,
+    /// or on a pool thread that sends): counted, and logged the first time for this loop.
+    /// </summary>
+    public void OnZeroCopyRefused()
+    {
+        _metrics.ZeroCopyRefusals.Add(1);
+        if (Interlocked.Exchange(ref _zeroCopyRefusedLogged, 1) == 0)
+        {
+            TransportLog.ZeroCopyRefused(_logger, Index);
+        }
+    }
 
     /// <summary>Sends of at least this many bytes use MSG_ZEROCOPY (<see cref="LinuxTransportOptions.ZeroCopySendThreshold"/>).</summary>
     public int ZeroCopySendThreshold => _options.ZeroCopySendThreshold;

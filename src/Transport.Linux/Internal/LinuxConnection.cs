@@ -315,6 +315,9 @@ internal sealed class LinuxConnection : ConnectionContext,
         }
     }
 
+    /// <summary>True when this connection may send with MSG_ZEROCOPY (diagnostics and tests).</summary>
+    public bool ZeroCopyEnabled => _zeroCopy is not null;
+
     /// <summary>The largest single read so far (diagnostics and tests).</summary>
     public long LargestRead { get; private set; }
 
@@ -762,6 +765,11 @@ internal sealed class LinuxConnection : ConnectionContext,
         }
 
         _zeroCopy.SkipNext = result == -Errno.ENOBUFS;
+        if (_zeroCopy.SkipNext)
+        {
+            _loop.OnZeroCopyRefused();
+        }
+
         return _zeroCopy.SkipNext;
     }
 

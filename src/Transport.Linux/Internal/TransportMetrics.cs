@@ -36,6 +36,8 @@ internal sealed class TransportMetrics : IDisposable
             "kestrel.transport.linux.zerocopy.sends", "{send}", "Sends made with MSG_ZEROCOPY (ZeroCopySendThreshold).");
         ZeroCopyCompletions = _meter.CreateCounter<long>(
             "kestrel.transport.linux.zerocopy.completions", "{send}", "MSG_ZEROCOPY sends the kernel reported done, tagged zerocopy.copied=true when it copied the data after all (always over loopback).");
+        ZeroCopyRefusals = _meter.CreateCounter<long>(
+            "kestrel.transport.linux.zerocopy.refused", "{send}", "MSG_ZEROCOPY sends the kernel refused with ENOBUFS (the socket's optmem limit, or the locked-memory limit); each went out again as a copying send.");
         SendQueueLength = _meter.CreateHistogram<int>(
             "kestrel.transport.linux.send.queue_length", "{connection}", "Connections whose deferred sends one pass coalesced into its send batch.");
 
@@ -60,6 +62,8 @@ internal sealed class TransportMetrics : IDisposable
     public Counter<long> ZeroCopySends { get; }
 
     public Counter<long> ZeroCopyCompletions { get; }
+
+    public Counter<long> ZeroCopyRefusals { get; }
 
     public static readonly KeyValuePair<string, object?> Copied = new("zerocopy.copied", true);
 

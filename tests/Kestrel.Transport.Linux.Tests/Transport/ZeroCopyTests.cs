@@ -20,6 +20,7 @@ public sealed class ZeroCopyTests(ITestOutputHelper output)
 {
     private const string Sends = "kestrel.transport.linux.zerocopy.sends";
     private const string Completions = "kestrel.transport.linux.zerocopy.completions";
+    private const string Refused = "kestrel.transport.linux.zerocopy.refused";
     private const int Threshold = 16 * 1024;
 
     [Theory]
@@ -132,13 +133,15 @@ public sealed class ZeroCopyTests(ITestOutputHelper output)
         await using var server = new ZeroCopyServer(output, keepWhenCopied: false);
         using var client = await TestSockets.ConnectAsync(await server.BindAsync());
         var connection = await server.AcceptAsync();
+        Assert.True(Assert.IsType<LinuxConnection>(connection).ZeroCopyEnabled, "The connection has zero-copy off (was SO_ZEROCOPY refused? see the log).");
 
         await WriteAsync(connection, 1, Length);
         await client.ReceiveExactlyAsync(new byte[Length], TestTimeouts.Default);
         long sends = await server.WaitForAllCompletionsAsync();
         long copied = server.Recorder.Sum(Completions, "zerocopy.copied=true");
-        output.WriteLine($"{sends} zero-copy sends, {copied} of them completed as copied.");
-        Assert.True(sends > 0, "No send went out with MSG_ZEROCOPY.");
+        long refused = server.Recorder.Sum(Refused);
+        output.WriteLine($"{sends} zero-copy sends, {copied} of them completed as copied; {refused} refused with ENOBUFS.");
+        Assert.True(sends > 0, $"No send went out with MSG_ZEROCOPY ({refused} refused with ENOBUFS).");
         Assert.True(copied > 0, "The kernel reported no copy over loopback: the test would prove nothing.");
 
         await WriteAsync(connection, 2, Length);
@@ -148,6 +151,61 @@ public sealed class ZeroCopyTests(ITestOutputHelper output)
         await connection.Transport.Output.CompleteAsync();
         await client.ReceiveToEndAsync(TestTimeouts.Default);
         await connection.DisposeAsync().AsTask().WaitAsync(TestTimeouts.Default);
+        server.AssertNoBlockHeld();
+        await server.StopAndAssertPoolCleanAsync();
+    }
+
+    /// <summary>
+    /// A zero-copy send needs a notification charged to the socket's option memory (msg_zerocopy.rst);
+    /// without room the kernel fails it with ENOBUFS, and the connection sends the same bytes again by
+    /// copying. In a network namespace whose net.core.optmem_max is 0 the kernel refuses every zero-copy
+    /// send, so every byte must go out through that fallback: intact, each refusal counted, nothing held.
+    /// </summary>
+    [NetworkNamespaceTheory]
+    [InlineData(true)]
+    [InlineData(false)]
+    public async Task Sends_the_kernel_refuses_with_ENOBUFS_go_out_again_by_copying(bool sendFromThreadPool)
+    {
+        const int Length = 512 * 1024;
+        const ulong Seed = 9;
+        await using var server = new ZeroCopyServer(output, keepWhenCopied: true, o => o.SendFromThreadPool = sendFromThreadPool);
+
+        // The loops start here, in the host's namespace; only the sockets go into the test's own.
+        await server.BindAsync();
+        var (listener, client) = NetworkNamespace.Run(() =>
+        {
+            File.WriteAllText(NetworkNamespace.OptmemMax, "0");
+            var listener = server.Factory.BindAsync(new IPEndPoint(IPAddress.Loopback, 0)).AsTask().GetAwaiter().GetResult();
+            var client = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp);
+            client.Connect(listener.EndPoint);
+            return (listener, client);
+        }, out string namespaceId);
+
+        await using (listener)
+        using (client)
+        {
+            var connection = await listener.AcceptAsync().AsTask().WaitAsync(TestTimeouts.Default);
+            var linux = Assert.IsType<LinuxConnection>(connection);
+            Assert.True(linux.ZeroCopyEnabled, "The connection has zero-copy off (was SO_ZEROCOPY refused? see the log).");
+
+            var received = client.ReceiveToEndHashedAsync(TestTimeouts.Large);
+            await WriteAsync(connection, Seed, Length);
+            await connection.Transport.Output.CompleteAsync();
+            var (length, sha256) = await received;
+            Assert.Equal(Length, length);
+            Assert.Equal(TestData.Sha256(Seed, Length), sha256);
+            await connection.DisposeAsync().AsTask().WaitAsync(TestTimeouts.Default);
+
+            long refused = server.Recorder.Sum(Refused);
+            long sends = server.Recorder.Sum(Sends);
+            output.WriteLine($"{refused} zero-copy sends refused with ENOBUFS, {sends} made.");
+            Assert.True(refused > 0, "The kernel refused no zero-copy send: with optmem_max at 0 it should refuse them all, so the test proves nothing.");
+            Assert.Equal(0, sends);
+            Assert.Equal(0, server.Recorder.Sum(Completions));
+            Assert.Equal(0, linux.ZeroCopyInFlight);
+        }
+
+        Assert.Empty(NetworkNamespace.ThreadsInside(namespaceId));
         server.AssertNoBlockHeld();
         await server.StopAndAssertPoolCleanAsync();
     }
@@ -258,6 +316,8 @@ public sealed class ZeroCopyTests(ITestOutputHelper output)
         }
 
         public MeasurementRecorder Recorder { get; }
+
+        public LinuxTransportFactory Factory => _factory;
 
         /// <summary>Binds a loopback listener on the first call; returns its endpoint.</summary>
         public async Task<EndPoint> BindAsync()
