@@ -135,8 +135,11 @@ public sealed class ZeroCopyTests(ITestOutputHelper output)
         var connection = await server.AcceptAsync();
         Assert.True(Assert.IsType<LinuxConnection>(connection).ZeroCopyEnabled, "The connection has zero-copy off (was SO_ZEROCOPY refused? see the log).");
 
+        // The client can have every byte before the sending thread has counted its send: wait for the
+        // transport's own count of bytes sent, which comes after the send's bookkeeping.
         await WriteAsync(connection, 1, Length);
         await client.ReceiveExactlyAsync(new byte[Length], TestTimeouts.Default);
+        await server.WaitUntilSentAsync(Length);
         long sends = await server.WaitForAllCompletionsAsync();
         long copied = server.Recorder.Sum(Completions, "zerocopy.copied=true");
         long refused = server.Recorder.Sum(Refused);
@@ -146,6 +149,7 @@ public sealed class ZeroCopyTests(ITestOutputHelper output)
 
         await WriteAsync(connection, 2, Length);
         await client.ReceiveExactlyAsync(new byte[Length], TestTimeouts.Default);
+        await server.WaitUntilSentAsync(2 * Length);
         Assert.Equal(sends, server.Recorder.Sum(Sends));
 
         await connection.Transport.Output.CompleteAsync();
@@ -347,7 +351,10 @@ public sealed class ZeroCopyTests(ITestOutputHelper output)
             Assert.Equal(bytes, sent);
         }
 
-        /// <summary>Waits until the kernel has completed every zero-copy send; returns their number.</summary>
+        /// <summary>
+        /// Waits until the kernel has completed every zero-copy send counted so far; returns their number.
+        /// Only sends already counted: call it after <see cref="WaitUntilSentAsync"/>.
+        /// </summary>
         public async Task<long> WaitForAllCompletionsAsync()
         {
             using var cts = new CancellationTokenSource(TestTimeouts.Default);
