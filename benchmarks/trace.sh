@@ -5,9 +5,10 @@
 #   ./benchmarks/trace.sh [--scenario plaintext16|json|plaintext|churn|PATH:DEPTH[:close]] [--connections 256]
 #                         [--seconds 10] [--warmup 30] [--out DIR] [--no-build]
 #                         [--rate REQ/S [--rate-warmup 1] [--sched]] [--profile samples|events|none]
-#                         NAME='sample args' [NAME='sample args' ...]
+#                         NAME='[VAR=value ...] sample args' [NAME='...' ...]
 #
 #   ./benchmarks/trace.sh --scenario plaintext16 linux='--transport linux' sockets='--transport sockets'
+#   ./benchmarks/trace.sh --scenario json linux='--transport linux' zc='Kestrel__LinuxTransport__ZeroCopySendThreshold=16384 --transport linux'
 #
 # --rate: the measured window is open loop instead (benchmarks/loadgen at that fixed rate, depth 1,
 # after the closed-loop warm-up and --rate-warmup seconds at the rate), and the summary lines the
@@ -52,7 +53,7 @@ while (( $# > 0 )); do
         --sched) sched=1; shift ;;
         --rate-warmup) rate_warmup=$2; shift 2 ;;
         --no-build) build=0; shift ;;
-        -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,34p' "$0"; exit 0 ;;
         *=*) configs+=("$1"); shift ;;
         *) echo "trace: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
@@ -126,6 +127,13 @@ wrk_args=(-t 1 -c "$connections" --timeout 2s -s benchmarks/lib/pipeline.lua)
 for entry in "${configs[@]}"; do
     name=${entry%%=*}
     read -r -a sample_args <<< "${entry#*=}"
+    # Leading VAR=value words are the server's environment, as in compare.sh's configuration files
+    # (benchmarks/lib/ablation.txt): linux-zerocopy='Kestrel__LinuxTransport__ZeroCopySendThreshold=16384 --transport linux'.
+    server_env=()
+    while (( ${#sample_args[@]} > 0 )) && [[ ${sample_args[0]} =~ ^[A-Za-z_][A-Za-z0-9_]*= ]]; do
+        server_env+=("${sample_args[0]}")
+        sample_args=("${sample_args[@]:1}")
+    done
     trace=$out/$name.nettrace
     rm -f "$trace"
     start=$(date +%s.%N)
@@ -133,13 +141,13 @@ for entry in "${configs[@]}"; do
         taskset -c "$server_cpus" artifacts/benchmarks/bin/ceiling -a 127.0.0.1 -p "$port" > "$out/$name.server.log" 2>&1 &
         trace=''
     elif [[ -z $providers ]]; then
-        taskset -c "$server_cpus" dotnet "$sample" --urls "http://127.0.0.1:$port" "${sample_args[@]}" > "$out/$name.server.log" 2>&1 &
+        env "${server_env[@]}" taskset -c "$server_cpus" dotnet "$sample" --urls "http://127.0.0.1:$port" "${sample_args[@]}" > "$out/$name.server.log" 2>&1 &
         trace=''
     else
         DOTNET_EnableEventPipe=1 \
         DOTNET_EventPipeOutputPath="$trace" \
         DOTNET_EventPipeConfig="$providers" \
-            taskset -c "$server_cpus" dotnet "$sample" --urls "http://127.0.0.1:$port" "${sample_args[@]}" > "$out/$name.server.log" 2>&1 &
+            env "${server_env[@]}" taskset -c "$server_cpus" dotnet "$sample" --urls "http://127.0.0.1:$port" "${sample_args[@]}" > "$out/$name.server.log" 2>&1 &
     fi
     pid=$!
     for _ in $(seq 100); do
