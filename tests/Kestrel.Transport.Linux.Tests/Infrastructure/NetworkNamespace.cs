@@ -49,7 +49,7 @@ internal static unsafe partial class NetworkNamespace
             try
             {
                 Enter();
-                namespaceId = ThreadNamespace("thread-self");
+                namespaceId = NamespaceOf("/proc/thread-self") ?? throw new InvalidOperationException("/proc/thread-self/ns/net is not a link.");
                 result = body();
             }
             catch (Exception e)
@@ -84,7 +84,7 @@ internal static unsafe partial class NetworkNamespace
         {
             try
             {
-                if (new FileInfo(Path.Combine(task, "ns", "net")).LinkTarget == id)
+                if (NamespaceOf(task) == id)
                 {
                     inside.Add($"{Path.GetFileName(task)} ({File.ReadAllText(Path.Combine(task, "comm")).Trim()})");
                 }
@@ -98,8 +98,8 @@ internal static unsafe partial class NetworkNamespace
         return inside;
     }
 
-    private static string ThreadNamespace(string task)
-        => new FileInfo($"/proc/{task}/ns/net").LinkTarget ?? throw new InvalidOperationException($"/proc/{task}/ns/net is not a link.");
+    /// <summary>The network namespace of the thread whose /proc directory is <paramref name="task"/>, as "net:[...]".</summary>
+    private static string? NamespaceOf(string task) => new FileInfo(Path.Combine(task, "ns", "net")).LinkTarget;
 
     /// <summary>On the calling thread: a new network namespace, its loopback up.</summary>
     private static void Enter()
