@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "ktl_aio.h"
+#include "ktl_sync.h"
 
 /*
  * Valgrind learns about the ring from io_setup's argument, but the kernel sizes it for

@@ -33,8 +33,4 @@ void ktl_aio_close(ktl_aio *aio);
 /* Requires aio->ctx != 0. Stores a result in every op, like ktl_batch. */
 void ktl_aio_batch(ktl_aio *aio, int32_t direction, ktl_op *ops, int32_t count);
 
-/* Implemented in ktl_engine.c; the AIO path uses them for rejected ops and fallbacks. */
-int ktl_op_is_valid(int32_t direction, const ktl_op *op);
-void ktl_sync_op(int32_t direction, ktl_op *op);
-
 #endif /* KTL_AIO_H */
