@@ -208,16 +208,7 @@ internal sealed class LinuxConnectionListener : IConnectionListener
                 throw new AddressInUseException($"Failed to bind to '{path}': the path exists and is not a socket; it is left untouched.");
             }
 
-            // A socket file with nobody accepting on it is left over from a server that died: replace it.
-            int probe = Interop.Socket.Create(Interop.Socket.AF_UNIX);
-            int rc = Interop.Socket.Connect(probe, address[..length]);
-            LibC.CloseFd(probe);
-            if (rc == 0 || rc == -Errno.EAGAIN)
-            {
-                throw new AddressInUseException($"Failed to bind to '{path}': another server is listening on it.");
-            }
-
-            File.Delete(path);
+            RemoveStaleSocketFile(path, address[..length]);
         }
 
         int fd = Interop.Socket.Create(Interop.Socket.AF_UNIX);
@@ -240,6 +231,38 @@ internal sealed class LinuxConnectionListener : IConnectionListener
 
         FileStatus.TryGet(path, out _, out inode);
         return fd;
+    }
+
+    /// <summary>
+    /// A socket file already sits at <paramref name="path"/>. Only a connect refused with ECONNREFUSED
+    /// proves that nobody listens on it (unix(7)): that file is left over from a server that died, and
+    /// is deleted. Anything else leaves it alone: an accepted or queued connect (the backlog is full:
+    /// EAGAIN) is a live server, and a probe that could not be made (EMFILE), or a connect that failed
+    /// otherwise (EACCES, or EPROTOTYPE from a live socket of another type), cannot tell, so it must not
+    /// cost a live server its name.
+    /// </summary>
+    private static void RemoveStaleSocketFile(string path, ReadOnlySpan<byte> address)
+    {
+        int probe = Interop.Socket.Create(Interop.Socket.AF_UNIX);
+        int rc = probe < 0 ? probe : Interop.Socket.Connect(probe, address);
+        LibC.CloseFd(probe);
+        switch (-rc)
+        {
+            case Errno.ECONNREFUSED:
+                File.Delete(path);
+                return;
+            case Errno.ENOENT:
+                // Gone since it was looked at: nothing to delete.
+                return;
+            case 0:
+            case Errno.EAGAIN:
+                throw new AddressInUseException($"Failed to bind to '{path}': another server is listening on it.");
+            default:
+                string step = probe < 0 ? "creating a socket to probe it" : "connecting to it";
+                throw new SocketException(
+                    (int)Errno.ToSocketError(-rc),
+                    $"Failed to bind to '{path}': a socket file exists there, and {step} to see whether a server owns it failed: {Errno.Describe(-rc)}. It is left untouched; delete it if no server uses it.");
+        }
     }
 
     private static int AdoptHandle(FileHandleEndPoint handle)

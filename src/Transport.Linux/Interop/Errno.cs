@@ -23,6 +23,7 @@ internal static class Errno
     public const int EPIPE = 32;
     public const int ENOSYS = 38;
     public const int ENOTSOCK = 88;
+    public const int EPROTOTYPE = 91;
     public const int EPROTO = 71;
     public const int EAFNOSUPPORT = 97;
     public const int EADDRINUSE = 98;
@@ -106,6 +107,7 @@ internal static class Errno
         EHOSTUNREACH => SocketError.HostUnreachable,
         ETIMEDOUT => SocketError.TimedOut,
         ENOTSOCK => SocketError.NotSocket,
+        EPROTOTYPE => SocketError.ProtocolType,
         EPIPE => SocketError.Shutdown,
         _ => SocketError.SocketError,
     };

@@ -74,6 +74,66 @@ public sealed partial class UnixSocketPathTests(ITestOutputHelper output) : IDis
         Assert.Equal("new", await NamedServer.AskAsync(NamedServer.Unix(SocketPath)));
     }
 
+    /// <summary>
+    /// The probe that decides whether a socket file is stale cannot even be made: the process is out of file
+    /// descriptors (EMFILE), so its probe socket cannot be created. That says nothing about the file, so the bind
+    /// fails with an error naming the path, and the live server that owns the file keeps its name.
+    /// </summary>
+    [Theory]
+    [MemberData(nameof(Kinds))]
+    public async Task A_probe_that_cannot_be_made_leaves_a_live_servers_socket_file_alone(TransportKind kind)
+    {
+        await using var live = await NamedServer.StartAsync(TransportKind.Sockets, "live", output, k => k.ListenUnixSocket(SocketPath));
+        await using var transport = TestTransport.Create(kind, output);
+
+        // Start the transport's loops first (their epoll and eventfd descriptors), so that the only descriptor
+        // the contested bind needs before it can decide anything is the probe's.
+        await transport.BindAsync(new System.Net.IPEndPoint(System.Net.IPAddress.Loopback, 0));
+
+        Exception? failure;
+        using (FileDescriptorLimit.UpToTheLowestFreeDescriptor())
+        {
+            failure = await Record.ExceptionAsync(() => transport.BindAsync(NamedServer.Unix(SocketPath)));
+        }
+
+        Assert.NotNull(failure);
+        output.WriteLine($"{kind} out of descriptors: {failure.GetType().Name}: {failure.Message}");
+        if (kind.IsLinux())
+        {
+            // Sockets' own error is the bare errno; the Linux transport says which path, and why it gave up.
+            Assert.Contains(SocketPath, failure.Message, StringComparison.Ordinal);
+        }
+
+        for (var i = 0; i < 4; i++)
+        {
+            Assert.Equal("live", await NamedServer.AskAsync(NamedServer.Unix(SocketPath)));
+        }
+    }
+
+    /// <summary>
+    /// A live socket of another type (a datagram socket) owns the path: a stream connect to it fails with
+    /// EPROTOTYPE, not ECONNREFUSED, so nothing proves the file stale. The bind fails and the datagram socket still
+    /// receives what is sent to its path (Sockets fails its bind too, as for any existing file).
+    /// </summary>
+    [Theory]
+    [MemberData(nameof(Kinds))]
+    public async Task A_live_datagram_socket_at_the_path_fails_the_bind_and_keeps_its_name(TransportKind kind)
+    {
+        using var owner = new System.Net.Sockets.Socket(System.Net.Sockets.AddressFamily.Unix, System.Net.Sockets.SocketType.Dgram, System.Net.Sockets.ProtocolType.Unspecified);
+        owner.Bind(NamedServer.Unix(SocketPath));
+
+        var failure = await Assert.ThrowsAnyAsync<Exception>(() => NamedServer.StartAsync(kind, "server", output, k => k.ListenUnixSocket(SocketPath)));
+        output.WriteLine($"{kind}: {failure.GetType().Name}: {failure.Message} <- {failure.InnerException?.GetType().Name}: {failure.InnerException?.Message}");
+
+        using var sender = new System.Net.Sockets.Socket(System.Net.Sockets.AddressFamily.Unix, System.Net.Sockets.SocketType.Dgram, System.Net.Sockets.ProtocolType.Unspecified);
+        var datagram = Encoding.ASCII.GetBytes($"still mine {Guid.NewGuid()}");
+        await sender.SendToAsync(datagram, NamedServer.Unix(SocketPath));
+        var received = new byte[256];
+        using var cts = new CancellationTokenSource(TestTimeouts.Default);
+        int length = await owner.ReceiveAsync(received, System.Net.Sockets.SocketFlags.None, cts.Token);
+        Assert.Equal(datagram, received[..length]);
+    }
+
     /// <summary>A regular file at the path makes the bind fail, and the file is neither deleted nor changed.</summary>
     [Theory]
     [MemberData(nameof(Kinds))]
