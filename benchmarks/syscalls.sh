@@ -6,7 +6,7 @@
 # Starts the TechEmpower sample pinned to the server CPU, warms it with wrk pinned to the client CPU,
 # then attaches `perf stat -p` for one more wrk window and divides each count by the requests wrk
 # got answered. NAME=VALUE pairs are put in the server's environment, for example
-# Kestrel__LinuxTransport__OneShotRegistrations=true. compare.sh --perf-stat gives the total per
+# Kestrel__LinuxTransport__IoBackend=EpollAio. compare.sh --perf-stat gives the total per
 # request for every configuration; this gives the breakdown for one.
 #
 # Options (defaults in brackets):

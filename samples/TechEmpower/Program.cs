@@ -54,7 +54,7 @@ if (options.Transport is SampleTransport.Sockets or SampleTransport.SocketsInlin
 }
 
 // The command line is parsed above, so the host gets none of it; configuration still comes from
-// environment variables (for example Kestrel__LinuxTransport__AioReceive=true).
+// environment variables (for example Kestrel__LinuxTransport__SpinBeforeSleepMicroseconds=50).
 var builder = WebApplication.CreateSlimBuilder();
 string? libuvVersion = null;
 builder.Logging.SetMinimumLevel(LogLevel.Warning);
@@ -74,6 +74,18 @@ switch (options.Transport)
                 o.ApplicationSchedulingMode = scheduling == SampleScheduling.Inline
                     ? ApplicationSchedulingMode.Inline
                     : ApplicationSchedulingMode.ThreadPool;
+            }
+
+            if (options.Io is IoBackend io)
+            {
+                o.IoBackend = io;
+            }
+
+            // Benchmarks only (benchmarks/lib/ablation.txt): the transport's internal switches, reached
+            // through InternalsVisibleTo because no configuration may set them. Checked when parsed.
+            if (options.Tuning is { } tuning)
+            {
+                _ = o.Tuning.Apply(tuning);
             }
         });
         break;
@@ -178,7 +190,8 @@ switch (options.Transport)
 {
     case SampleTransport.Linux:
         var linux = app.Services.GetRequiredService<IOptions<LinuxTransportOptions>>().Value;
-        transport = $"transport=linux threads={linux.ThreadCount} scheduling={linux.ApplicationSchedulingMode}";
+        transport = $"transport=linux threads={linux.ThreadCount} scheduling={linux.ApplicationSchedulingMode} io={linux.IoBackend}"
+            + (options.Tuning is null ? string.Empty : $" tuning={options.Tuning}");
         break;
 
     case SampleTransport.Sockets:

@@ -1,5 +1,7 @@
 using System.Diagnostics.CodeAnalysis;
 using System.Globalization;
+using Kestrel.Transport.Linux;
+using Kestrel.Transport.Linux.Hosting;
 
 namespace TechEmpower;
 
@@ -53,7 +55,7 @@ public enum SampleMode
 
 /// <summary>
 /// The sample's command line: <c>--urls</c>, <c>--transport</c>, <c>--threads</c>, <c>--scheduling</c>,
-/// <c>--mode</c>, <c>--help</c>. Both <c>--name value</c> and <c>--name=value</c> are accepted; a repeated
+/// <c>--io</c>, <c>--tuning</c>, <c>--mode</c>, <c>--help</c>. Both <c>--name value</c> and <c>--name=value</c> are accepted; a repeated
 /// option keeps its last value. Unknown options, unknown values and contradictory combinations are errors.
 /// </summary>
 public sealed class SampleOptions
@@ -86,15 +88,21 @@ public sealed class SampleOptions
           --scheduling threadpool|inline
                                      linux: ApplicationSchedulingMode (default threadpool).
                                      sockets: inline means sockets-inline. Not for libuv.
+          --io epoll|aio             linux: IoBackend. epoll (default): readv/sendmsg per socket;
+                                     aio: each pass's batches as one Linux AIO io_submit.
           --mode middleware|platform middleware (default): Kestrel's HTTP stack; /plaintext and /json
                                        as terminal middleware, then MVC for /text, /json-object, /xml,
                                        /html and /api/test.
                                      platform: a connection handler that parses HTTP/1.1 on the
                                        transport's pipes; /plaintext and /json only.
+          --tuning NAME=VALUE[,...]  linux, for benchmarks only: sets the transport's internal measurement
+                                     switches (DeferSend, SendFromThreadPool, CoalesceThreadPoolSends,
+                                     MaxBytesPerRead, SchedBatchLoops, TcpQuickAck,
+                                     TcpNotSentLowAtBytes, UseNativeEngine), which no configuration reaches.
           -h, --help                 Show this help.
 
         Other Linux transport options bind from configuration, for example the environment variable
-        Kestrel__LinuxTransport__AioReceive=true.
+        Kestrel__LinuxTransport__SpinBeforeSleepMicroseconds=50.
         """;
 
     /// <summary>The URLs to listen on, as given, separated by ';'.</summary>
@@ -117,6 +125,15 @@ public sealed class SampleOptions
 
     /// <summary>What serves the requests.</summary>
     public SampleMode Mode { get; private set; } = SampleMode.Middleware;
+
+    /// <summary>The Linux transport's I/O backend, or null for its default.</summary>
+    public IoBackend? Io { get; private set; }
+
+    /// <summary>
+    /// The Linux transport's internal measurement switches as <c>Name=value</c> pairs (benchmarks/lib/ablation.txt),
+    /// checked when parsed; null when not given.
+    /// </summary>
+    public string? Tuning { get; private set; }
 
     /// <summary>True when <c>--help</c> was given: print <see cref="Usage"/> and exit 0.</summary>
     public bool ShowHelp { get; private set; }
@@ -261,10 +278,42 @@ public sealed class SampleOptions
 
                     break;
 
+                case "IO":
+                    switch (value.ToUpperInvariant())
+                    {
+                        case "EPOLL":
+                            result.Io = IoBackend.Epoll;
+                            break;
+                        case "AIO":
+                            result.Io = IoBackend.EpollAio;
+                            break;
+                        default:
+                            error = $"Unknown I/O backend '{value}': expected 'epoll' or 'aio'.";
+                            return false;
+                    }
+
+                    break;
+
+                case "TUNING":
+                    if (new TransportTuning().Apply(value) is { } tuningError)
+                    {
+                        error = $"Invalid '--tuning {value}': {tuningError}";
+                        return false;
+                    }
+
+                    result.Tuning = value;
+                    break;
+
                 default:
                     error = $"Unknown option '--{name}'.";
                     return false;
             }
+        }
+
+        if (result.Transport != SampleTransport.Linux && (result.Io is not null || result.Tuning is not null))
+        {
+            error = $"Options '--io' and '--tuning' apply to the linux transport only, not to '{result.TransportName}'.";
+            return false;
         }
 
         // The combinations are checked once every option is known, so their order does not matter.

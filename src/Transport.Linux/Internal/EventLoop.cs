@@ -3,6 +3,7 @@ using System.Collections.Concurrent;
 using System.Diagnostics;
 using System.IO.Pipelines;
 using System.Runtime.InteropServices;
+using Kestrel.Transport.Linux.Hosting;
 using Kestrel.Transport.Linux.Interop;
 using Microsoft.Extensions.Logging;
 
@@ -41,8 +42,7 @@ internal sealed unsafe class EventLoop : PipeScheduler
     private readonly TaskCompletionSource _stopped = new(TaskCreationOptions.RunContinuationsAsynchronously);
     private readonly HashSet<LinuxConnection> _connections = [];
     private readonly List<ListenRegistration> _listeners = [];
-    private readonly bool _useAioReceive;
-    private readonly bool _useAioSend;
+    private readonly bool _useAio;
     private readonly int _epollFd;
     private readonly int _eventFd;
 
@@ -91,8 +91,8 @@ internal sealed unsafe class EventLoop : PipeScheduler
         SetRegistration(_eventFd, this);
         Epoll.Control(_epollFd, Epoll.EPOLL_CTL_ADD, _eventFd, Epoll.EPOLLIN);
 
-        bool wantsAio = options.AioReceive || options.AioSend;
-        Engine = BatchEngine.Create(options.UseNativeEngine, wantsAio ? MaxEventsPerWait * 2 : 0, out int aioError);
+        bool wantsAio = options.IoBackend == IoBackend.EpollAio;
+        Engine = BatchEngine.Create(options.Tuning.UseNativeEngine, wantsAio ? MaxEventsPerWait * 2 : 0, out int aioError);
         if (wantsAio && !Engine.HasAio)
         {
             string why = aioError != 0
@@ -102,8 +102,7 @@ internal sealed unsafe class EventLoop : PipeScheduler
             metrics.AioFallbacks.Add(1);
         }
 
-        _useAioReceive = options.AioReceive && Engine.HasAio;
-        _useAioSend = options.AioSend && Engine.HasAio;
+        _useAio = wantsAio && Engine.HasAio;
 
         _dispatchQueue = options.ApplicationSchedulingMode == ApplicationSchedulingMode.Inline ? null : new ThreadPoolDispatchQueue(this);
         ApplicationScheduler = (PipeScheduler?)_dispatchQueue ?? Inline;
@@ -114,15 +113,15 @@ internal sealed unsafe class EventLoop : PipeScheduler
         long maxWrite = options.MaxWriteBufferSize ?? 0;
         InputPipeOptions = new PipeOptions(pool, ApplicationScheduler, this, maxRead, maxRead / 2, useSynchronizationContext: false);
         // With SendFromThreadPool the app's pool threads send what they flushed themselves (LinuxConnection).
-        var outputReaderScheduler = _dispatchQueue is not null && options.SendFromThreadPool ? _dispatchQueue.CreateSendScheduler(options.CoalesceThreadPoolSends) : (PipeScheduler)this;
+        var outputReaderScheduler = _dispatchQueue is not null && options.Tuning.SendFromThreadPool ? _dispatchQueue.CreateSendScheduler(options.Tuning.CoalesceThreadPoolSends) : (PipeScheduler)this;
         // With zero-copy sends the output pipes' blocks come back only once the kernel is done with them (ZeroCopy.cs).
         ZeroCopyPool = options.ZeroCopySendThreshold > 0 ? new ZeroCopyMemoryPool(pool) : null;
         OutputPipeOptions = new PipeOptions(ZeroCopyPool ?? pool, outputReaderScheduler, ApplicationScheduler, maxWrite, maxWrite / 2, useSynchronizationContext: false);
 
         _applyBusyPoll = options.BusyPollMicroseconds > 0;
         _spinTicks = options.SpinBeforeSleepMicroseconds * Stopwatch.Frequency / 1_000_000;
-        _applyQuickAck = options.TcpQuickAck;
-        _applyNotSentLowAt = options.TcpNotSentLowAtBytes > 0;
+        _applyQuickAck = options.Tuning.TcpQuickAck;
+        _applyNotSentLowAt = options.Tuning.TcpNotSentLowAtBytes > 0;
         _applyZeroCopy = options.ZeroCopySendThreshold > 0;
         if (options.BusyPollMicroseconds > 0)
         {
@@ -139,8 +138,8 @@ internal sealed unsafe class EventLoop : PipeScheduler
 
     public int Index { get; }
 
-    /// <summary>The most one read may ask for (<see cref="LinuxTransportOptions.MaxBytesPerRead"/>).</summary>
-    public int MaxBytesPerRead => _options.MaxBytesPerRead;
+    /// <summary>The most one read may ask for (<see cref="TransportTuning.MaxBytesPerRead"/>).</summary>
+    public int MaxBytesPerRead => _options.Tuning.MaxBytesPerRead;
 
     /// <summary>The loop's epoll instance (for tests and diagnostics).</summary>
     public int EpollFd => _epollFd;
@@ -196,8 +195,8 @@ internal sealed unsafe class EventLoop : PipeScheduler
 
     public LinuxTransportOptions Options => _options;
 
-    /// <summary>True when this loop's receives or sends go through io_submit.</summary>
-    public bool UsesAio => _useAioReceive || _useAioSend;
+    /// <summary>True when this loop's receive and send batches go through io_submit.</summary>
+    public bool UsesAio => _useAio;
 
     /// <summary>Completes when the thread has exited and every fd it owned is closed.</summary>
     public Task Stopped => _stopped.Task;
@@ -314,7 +313,7 @@ internal sealed unsafe class EventLoop : PipeScheduler
         }
 
         connection.PrepareSend(_batch);
-        RunBatch(NativeEngine.Send, _useAioSend);
+        RunBatch(NativeEngine.Send, _useAio);
     }
 
     public void Register(LinuxConnection connection)
@@ -323,15 +322,12 @@ internal sealed unsafe class EventLoop : PipeScheduler
         _connections.Add(connection);
         _metrics.CurrentConnections.Add(1);
         _metrics.TotalConnections.Add(1);
-        int rc = Epoll.Control(_epollFd, Epoll.EPOLL_CTL_ADD, connection.Fd, connection.RegistrationEvents);
+        int rc = Epoll.Control(_epollFd, Epoll.EPOLL_CTL_ADD, connection.Fd, LinuxConnection.RegistrationEvents);
         if (rc < 0)
         {
             connection.Fail(Errno.ToException(-rc, "epoll_ctl(ADD)"));
         }
     }
-
-    /// <summary>Re-arms a one-shot registration (LinuxTransportOptions.OneShotRegistrations); 0 or -errno.</summary>
-    public int Rearm(int fd, uint events) => Epoll.Control(_epollFd, Epoll.EPOLL_CTL_MOD, fd, events);
 
     /// <summary>Forgets a connection whose fd is about to be closed (loop thread only).</summary>
     public void Unregister(LinuxConnection connection)
@@ -401,7 +397,7 @@ internal sealed unsafe class EventLoop : PipeScheduler
             PinThread();
         }
 
-        if (_options.SchedBatchLoops)
+        if (_options.Tuning.SchedBatchLoops)
         {
             int rc = Affinity.SetCurrentThreadBatch();
             if (rc < 0)
@@ -413,7 +409,7 @@ internal sealed unsafe class EventLoop : PipeScheduler
         byte* events = (byte*)NativeMemory.Alloc((nuint)(MaxEventsPerWait * Epoll.EventSize));
         try
         {
-            TransportLog.LoopStarted(_logger, Index, Engine.Name, _useAioReceive, _useAioSend);
+            TransportLog.LoopStarted(_logger, Index, Engine.Name, _useAio);
             while (true)
             {
                 int timeout = ComputeTimeout(out bool polling);
@@ -524,7 +520,7 @@ internal sealed unsafe class EventLoop : PipeScheduler
 
         if (_applyNotSentLowAt)
         {
-            _applyNotSentLowAt = TrySetOption(fd, Interop.Socket.IPPROTO_TCP, Interop.Socket.TCP_NOTSENT_LOWAT, _options.TcpNotSentLowAtBytes, "TCP_NOTSENT_LOWAT");
+            _applyNotSentLowAt = TrySetOption(fd, Interop.Socket.IPPROTO_TCP, Interop.Socket.TCP_NOTSENT_LOWAT, _options.Tuning.TcpNotSentLowAtBytes, "TCP_NOTSENT_LOWAT");
         }
 
         if (_applyZeroCopy)
@@ -614,7 +610,7 @@ internal sealed unsafe class EventLoop : PipeScheduler
         }
 
         _receiveRunning.Clear();
-        RunBatch(NativeEngine.Receive, _useAioReceive);
+        RunBatch(NativeEngine.Receive, _useAio);
     }
 
     private void RunSends()
@@ -636,7 +632,7 @@ internal sealed unsafe class EventLoop : PipeScheduler
         }
 
         _sendRunning.Clear();
-        RunBatch(NativeEngine.Send, _useAioSend);
+        RunBatch(NativeEngine.Send, _useAio);
     }
 
     private void RunBatch(int direction, bool useAio)

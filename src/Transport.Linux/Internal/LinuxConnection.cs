@@ -28,9 +28,6 @@ internal sealed class LinuxConnection : ConnectionContext,
     /// <summary>At most this many buffers go into one writev (IOV_MAX is 1024, see sysconf(3)); the rest goes next pass.</summary>
     private const int MaxBuffersPerSend = 64;
 
-    /// <summary>What a one-shot registration waits for to read: data, or the peer's FIN.</summary>
-    private const uint ReadEvents = Epoll.EPOLLIN | Epoll.EPOLLRDHUP;
-
     private static long s_lastId;
 
     private readonly EventLoop _loop;
@@ -82,11 +79,6 @@ internal sealed class LinuxConnection : ConnectionContext,
     private bool _closeAwaitsZeroCopy;
     private bool _reset;
 
-    // LinuxTransportOptions.OneShotRegistrations: what the fd is armed for; 0 once an event has been
-    // reported, which disarms it until the next EPOLL_CTL_MOD (Rearm).
-    private readonly bool _oneShot;
-    private uint _armed;
-
     private bool _fdClosed;
     private int _connectionClosedFired;
     private ConnectionAbortedException? _abortReason;
@@ -99,8 +91,6 @@ internal sealed class LinuxConnection : ConnectionContext,
         RemoteEndPoint = remoteEndPoint;
         _quickAck = loop.QuickAck && remoteEndPoint is IPEndPoint;
         _zeroCopy = loop.ZeroCopy && remoteEndPoint is IPEndPoint ? new ZeroCopySends() : null;
-        _oneShot = loop.Options.OneShotRegistrations;
-        _armed = _oneShot ? ReadEvents : 0;
 
         _input = new Pipe(loop.InputPipeOptions);
         _output = new Pipe(loop.OutputPipeOptions);
@@ -119,13 +109,10 @@ internal sealed class LinuxConnection : ConnectionContext,
     public int Fd { get; }
 
     /// <summary>
-    /// The events the loop registers the fd for (EPOLL_CTL_ADD): by default all of them, edge-triggered,
-    /// once for the connection's life; with OneShotRegistrations, reads only, level-triggered, until
-    /// the first event (see <see cref="Rearm"/>).
+    /// The events the loop registers the fd for (EPOLL_CTL_ADD): all of them, edge-triggered, once for the
+    /// connection's life, so no event ever costs an epoll_ctl to re-arm it.
     /// </summary>
-    public uint RegistrationEvents => _oneShot
-        ? ReadEvents | Epoll.EPOLLONESHOT
-        : Epoll.EPOLLIN | Epoll.EPOLLOUT | Epoll.EPOLLRDHUP | Epoll.EPOLLET;
+    public const uint RegistrationEvents = Epoll.EPOLLIN | Epoll.EPOLLOUT | Epoll.EPOLLRDHUP | Epoll.EPOLLET;
 
     public override string ConnectionId
     {
@@ -182,9 +169,6 @@ internal sealed class LinuxConnection : ConnectionContext,
             return;
         }
 
-        // A one-shot registration reports once and is then disarmed.
-        _armed = 0;
-
         // EPOLLERR also means that zero-copy completions are queued on the socket's error queue; that
         // alone is no error. A reset or timeout comes with EPOLLHUP, and a read would report it anyway.
         if ((events & Epoll.EPOLLERR) != 0 && _zeroCopy is not null && ReapZeroCopy())
@@ -212,49 +196,6 @@ internal sealed class LinuxConnection : ConnectionContext,
             _waitingWritable = false;
             ReadOutput();
         }
-
-        Rearm();
-    }
-
-    /// <summary>
-    /// With OneShotRegistrations: arms the fd for what the connection now waits on, unless it is armed
-    /// for exactly that. It waits to read once a read found the socket drained, and to write while a
-    /// send the socket could not take whole waits. The registration is level-triggered, so whatever
-    /// became ready while it was disarmed is reported at once. Nothing to wait on leaves it disarmed.
-    /// (Which is why the options refuse zero-copy sends with this mode: their completions come as
-    /// EPOLLERR, which a disarmed fd does not report.)
-    /// </summary>
-    private void Rearm()
-    {
-        if (!_oneShot || _fdClosed)
-        {
-            return;
-        }
-
-        uint wanted = 0;
-        if (!_readable && !_receiveDone)
-        {
-            wanted |= ReadEvents;
-        }
-
-        if (_waitingWritable)
-        {
-            wanted |= Epoll.EPOLLOUT;
-        }
-
-        if (wanted == 0 || wanted == _armed)
-        {
-            return;
-        }
-
-        int rc = _loop.Rearm(Fd, wanted | Epoll.EPOLLONESHOT);
-        if (rc < 0)
-        {
-            Fail(Errno.ToException(-rc, "epoll_ctl(MOD)"));
-            return;
-        }
-
-        _armed = wanted;
     }
 
     // ---- Receive side -------------------------------------------------------------------------
@@ -358,8 +299,6 @@ internal sealed class LinuxConnection : ConnectionContext,
         {
             EndReceive(ErrorFor((int)-result, "recv"));
         }
-
-        Rearm();
     }
 
     private void FlushInput()
@@ -641,7 +580,7 @@ internal sealed class LinuxConnection : ConnectionContext,
         if (!_sendQueued)
         {
             _sendQueued = true;
-            if (_loop.Options.DeferSend)
+            if (_loop.Options.Tuning.DeferSend)
             {
                 _loop.QueueSend(this);
             }
@@ -667,7 +606,7 @@ internal sealed class LinuxConnection : ConnectionContext,
     {
         int flags = 0;
         if (_zeroCopy is { } zeroCopy && buffer.Length >= _loop.ZeroCopySendThreshold
-            && (!zeroCopy.KernelCopies || _loop.Options.ZeroCopyWhenKernelCopies))
+            && (!zeroCopy.KernelCopies || _loop.Options.Tuning.ZeroCopyWhenKernelCopies))
         {
             if (zeroCopy.SkipNext)
             {
@@ -719,8 +658,8 @@ internal sealed class LinuxConnection : ConnectionContext,
             _output.Reader.AdvanceTo(buffer.GetPosition(result));
             if (result < requested)
             {
-                // The socket's send buffer is full. The EPOLLOUT edge (registered once, edge-triggered,
-                // or armed by Rearm) resumes us.
+                // The socket's send buffer is full. The EPOLLOUT edge (the registration is
+                // edge-triggered, for writes too) resumes us.
                 _waitingWritable = true;
             }
             else if (writerCompleted && result == buffer.Length)
@@ -742,8 +681,6 @@ internal sealed class LinuxConnection : ConnectionContext,
             _output.Reader.AdvanceTo(buffer.Start);
             EndSend(ErrorFor((int)-result, "send"), graceful: false);
         }
-
-        Rearm();
     }
 
     /// <summary>

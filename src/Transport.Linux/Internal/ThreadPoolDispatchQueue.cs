@@ -66,10 +66,10 @@ internal sealed class ThreadPoolDispatchQueue(EventLoop loop) : PipeScheduler, I
 
     /// <summary>
     /// The scheduler for the transport's reader of the app's output, when sends go out from the thread
-    /// pool (<see cref="LinuxTransportOptions.SendFromThreadPool"/>). A flush on a pool thread queues the
+    /// pool (<see cref="Hosting.TransportTuning.SendFromThreadPool"/>). A flush on a pool thread queues the
     /// reader's continuation in this batch, where any thread draining it (a helper, when the one that
     /// flushed blocks) can run it; one on the loop (a cancelled read) stays on the loop. With
-    /// <paramref name="coalesce"/> (<see cref="LinuxTransportOptions.CoalesceThreadPoolSends"/>) the send
+    /// <paramref name="coalesce"/> (<see cref="Hosting.TransportTuning.CoalesceThreadPoolSends"/>) the send
     /// joins the end of the batch, behind the continuations already waiting, so a batch's responses
     /// go out back to back; without, it goes ahead of them (<see cref="TryTake"/>).
     /// </summary>

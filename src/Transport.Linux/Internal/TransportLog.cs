@@ -14,8 +14,8 @@ internal static partial class TransportLog
     [LoggerMessage(2, LogLevel.Debug, "Started {ThreadCount} event loops, scheduling {SchedulingMode}, {Engine} I/O engine.")]
     public static partial void LoopsStarted(ILogger logger, int threadCount, ApplicationSchedulingMode schedulingMode, string engine);
 
-    [LoggerMessage(3, LogLevel.Debug, "Loop {Loop} running: {Engine} engine, AIO receive {AioReceive}, AIO send {AioSend}.")]
-    public static partial void LoopStarted(ILogger logger, int loop, string engine, bool aioReceive, bool aioSend);
+    [LoggerMessage(3, LogLevel.Debug, "Loop {Loop} running: {Engine} engine, Linux AIO batches {Aio}.")]
+    public static partial void LoopStarted(ILogger logger, int loop, string engine, bool aio);
 
     [LoggerMessage(4, LogLevel.Debug, "Loop {Loop} stopped.")]
     public static partial void LoopStopped(ILogger logger, int loop);

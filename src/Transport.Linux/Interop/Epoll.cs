@@ -17,7 +17,6 @@ internal static unsafe partial class Epoll
     public const uint EPOLLHUP = 0x010;
     public const uint EPOLLRDHUP = 0x2000;
     public const uint EPOLLEXCLUSIVE = 1u << 28;   // Linux 4.5
-    public const uint EPOLLONESHOT = 1u << 30;
     public const uint EPOLLET = 1u << 31;
 
     public const int EPOLL_CTL_ADD = 1;

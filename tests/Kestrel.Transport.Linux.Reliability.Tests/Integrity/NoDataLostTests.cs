@@ -19,7 +19,7 @@ public sealed class NoDataLostTests(ITestOutputHelper output)
         new()
         {
             TransportKind.Sockets, TransportKind.LinuxNative, TransportKind.LinuxInline, TransportKind.LinuxManaged,
-            TransportKind.LinuxAio, TransportKind.LinuxImmediateSend, TransportKind.LinuxZeroCopy, TransportKind.LinuxOneShot,
+            TransportKind.LinuxAio, TransportKind.LinuxImmediateSend, TransportKind.LinuxZeroCopy,
         };
 
     /// <summary>

@@ -25,7 +25,8 @@ public sealed class MetricsTests
         var meterFactory = services.GetRequiredService<IMeterFactory>();
         using var recorder = new MeasurementRecorder(meterFactory);
         var pool = new DiagnosticMemoryPoolFactory();
-        var options = new LinuxTransportOptions { ThreadCount = 2, SendFromThreadPool = sendFromThreadPool };
+        var options = new LinuxTransportOptions { ThreadCount = 2 };
+        options.Tuning.SendFromThreadPool = sendFromThreadPool;
 
         var factory = new LinuxTransportFactory(Options.Create(options), NullLoggerFactory.Instance, pool, meterFactory);
         await using (factory)
@@ -99,7 +100,8 @@ public sealed class MetricsTests
         using var services = new ServiceCollection().AddMetrics().BuildServiceProvider();
         var meterFactory = services.GetRequiredService<IMeterFactory>();
         using var recorder = new MeasurementRecorder(meterFactory);
-        var options = new LinuxTransportOptions { ThreadCount = 2, AioReceive = true, UseNativeEngine = false };
+        var options = new LinuxTransportOptions { ThreadCount = 2, IoBackend = IoBackend.EpollAio };
+        options.Tuning.UseNativeEngine = false;
 
         await using var factory = new LinuxTransportFactory(Options.Create(options), NullLoggerFactory.Instance, new DiagnosticMemoryPoolFactory(), meterFactory);
         await using var listener = await factory.BindAsync(new IPEndPoint(IPAddress.Loopback, 0));

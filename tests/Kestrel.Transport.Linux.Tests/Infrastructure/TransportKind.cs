@@ -29,13 +29,13 @@ public enum TransportKind
     LinuxInlineSpin,
 
     /// <summary>
-    /// The Linux transport, native engine, with AioReceive and AioSend: batches go through io_submit. The
-    /// loop makes every send (SendFromThreadPool off), so that sends go through io_submit too.
+    /// The Linux transport, native engine, with IoBackend.EpollAio: batches go through io_submit. The
+    /// loop makes every send (the SendFromThreadPool tuning off), so that sends go through io_submit too.
     /// </summary>
     LinuxAio,
 
     /// <summary>
-    /// The Linux transport, native engine, with DeferSend and SendFromThreadPool off: the loop sends each
+    /// The Linux transport, native engine, with the DeferSend and SendFromThreadPool tunings off: the loop sends each
     /// flush on its next pass (host tests only).
     /// </summary>
     LinuxImmediateSend,
@@ -45,12 +45,6 @@ public enum TransportKind
     /// (where the kernel copies anyway and would otherwise turn them off after the first completion).
     /// </summary>
     LinuxZeroCopy,
-
-    /// <summary>
-    /// The Linux transport, native engine, with OneShotRegistrations: every connection is re-armed with
-    /// epoll_ctl after each event instead of being registered once, edge-triggered.
-    /// </summary>
-    LinuxOneShot,
 }
 
 /// <summary>The theory data that selects transports, and the options each kind stands for.</summary>
@@ -61,14 +55,14 @@ public static class Transports
 
     /// <summary>Transport-level tests: the test drives the pipes itself, so Inline scheduling adds nothing there.</summary>
     public static TheoryData<TransportKind> ConnectionLevel =>
-        new() { TransportKind.Sockets, TransportKind.LinuxNative, TransportKind.LinuxManaged, TransportKind.LinuxAio, TransportKind.LinuxZeroCopy, TransportKind.LinuxOneShot };
+        new() { TransportKind.Sockets, TransportKind.LinuxNative, TransportKind.LinuxManaged, TransportKind.LinuxAio, TransportKind.LinuxZeroCopy };
 
     /// <summary>Host-level tests: every kind, Inline included.</summary>
     public static TheoryData<TransportKind> HostLevel =>
         new()
         {
             TransportKind.Sockets, TransportKind.LinuxNative, TransportKind.LinuxManaged, TransportKind.LinuxInline,
-            TransportKind.LinuxInlineSpin, TransportKind.LinuxAio, TransportKind.LinuxImmediateSend, TransportKind.LinuxZeroCopy, TransportKind.LinuxOneShot,
+            TransportKind.LinuxInlineSpin, TransportKind.LinuxAio, TransportKind.LinuxImmediateSend, TransportKind.LinuxZeroCopy,
         };
 
     /// <summary>For behaviour only the Linux transport has (its own options).</summary>
@@ -81,22 +75,21 @@ public static class Transports
     public static void Configure(this TransportKind kind, LinuxTransportOptions options)
     {
         options.ThreadCount = LinuxThreadCount;
-        options.UseNativeEngine = kind != TransportKind.LinuxManaged;
+        options.Tuning.UseNativeEngine = kind != TransportKind.LinuxManaged;
         options.ApplicationSchedulingMode = kind.IsInline()
             ? ApplicationSchedulingMode.Inline
             : ApplicationSchedulingMode.ThreadPool;
-        options.AioReceive = options.AioSend = kind == TransportKind.LinuxAio;
-        options.DeferSend = kind != TransportKind.LinuxImmediateSend;
+        options.IoBackend = kind == TransportKind.LinuxAio ? IoBackend.EpollAio : IoBackend.Epoll;
+        options.Tuning.DeferSend = kind != TransportKind.LinuxImmediateSend;
 
         // These two test the loop's own send paths, which sends from the pool threads would bypass.
-        options.SendFromThreadPool = kind is not (TransportKind.LinuxAio or TransportKind.LinuxImmediateSend);
+        options.Tuning.SendFromThreadPool = kind is not (TransportKind.LinuxAio or TransportKind.LinuxImmediateSend);
 
         // Pool sends in both orders: the managed kind sends ahead of the batch, the others coalesce.
-        options.CoalesceThreadPoolSends = kind != TransportKind.LinuxManaged;
+        options.Tuning.CoalesceThreadPoolSends = kind != TransportKind.LinuxManaged;
 
         options.ZeroCopySendThreshold = kind == TransportKind.LinuxZeroCopy ? 1024 : 0;
-        options.ZeroCopyWhenKernelCopies = kind == TransportKind.LinuxZeroCopy;
-        options.OneShotRegistrations = kind == TransportKind.LinuxOneShot;
+        options.Tuning.ZeroCopyWhenKernelCopies = kind == TransportKind.LinuxZeroCopy;
         options.SpinBeforeSleepMicroseconds = kind == TransportKind.LinuxInlineSpin ? 200 : 0;
     }
 

@@ -26,6 +26,29 @@ public sealed class PublicApiTests
             $"Declared but not public:{Environment.NewLine}  {string.Join(Environment.NewLine + "  ", missing)}");
     }
 
+    /// <summary>
+    /// A public option is a promise to a user: there are at most 12, and each one's XML doc says who turns it on
+    /// (or changes it) and when, as a sentence beginning "Who".
+    /// </summary>
+    [Fact]
+    public void Options_are_at_most_twelve_and_each_says_who_sets_it()
+    {
+        var options = typeof(LinuxTransportOptions).GetProperties(BindingFlags.Public | BindingFlags.Instance)
+            .Where(static p => p.SetMethod is { IsPublic: true })
+            .ToList();
+        Assert.InRange(options.Count, 1, 12);
+
+        var docs = System.Xml.Linq.XDocument.Load(Path.ChangeExtension(typeof(LinuxTransportOptions).Assembly.Location, ".xml"));
+        foreach (var option in options)
+        {
+            string member = $"P:{typeof(LinuxTransportOptions).FullName}.{option.Name}";
+            var summary = docs.Descendants("member").SingleOrDefault(m => (string?)m.Attribute("name") == member)?.Element("summary")?.Value ?? "";
+            Assert.True(
+                System.Text.RegularExpressions.Regex.IsMatch(summary, @"\bWho (changes|turns|sets)\b"),
+                $"{option.Name}'s doc has no user story (\"Who turns it on ...\"): {summary.Trim()}");
+        }
+    }
+
     [Fact]
     public void Extensions_live_in_the_hosting_namespace_like_UseSockets()
     {

@@ -26,7 +26,7 @@ public sealed class ReadSizeTests(ITestOutputHelper output)
     [MemberData(nameof(Cases))]
     public async Task A_burst_is_read_in_pieces_up_to_MaxBytesPerRead_and_arrives_intact(TransportKind kind, int maxBytesPerRead, int expectAtLeast)
     {
-        await using var transport = TestTransport.Create(kind, output, s => s.Linux = o => o.MaxBytesPerRead = maxBytesPerRead);
+        await using var transport = TestTransport.Create(kind, output, s => s.Linux = o => o.Tuning.MaxBytesPerRead = maxBytesPerRead);
         var listener = await transport.BindAsync(new IPEndPoint(IPAddress.Loopback, 0));
         using var client = await TestSockets.ConnectAsync(listener.EndPoint);
         var connection = Assert.IsType<LinuxConnection>(await transport.AcceptAsync(listener));

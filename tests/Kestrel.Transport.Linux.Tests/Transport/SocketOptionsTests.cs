@@ -20,9 +20,9 @@ public sealed class SocketOptionsTests(ITestOutputHelper output)
     {
         await using var transport = TestTransport.Create(kind, output, s => s.Linux = o =>
         {
-            o.TcpNotSentLowAtBytes = 16384;
+            o.Tuning.TcpNotSentLowAtBytes = 16384;
             o.BusyPollMicroseconds = 50;
-            o.TcpQuickAck = true;
+            o.Tuning.TcpQuickAck = true;
         });
         var listener = await transport.BindAsync(new IPEndPoint(IPAddress.Loopback, 0));
         using var client = await TestSockets.ConnectAsync(listener.EndPoint);
@@ -146,7 +146,7 @@ public sealed class SocketOptionsTests(ITestOutputHelper output)
         await using var transport = TestTransport.Create(TransportKind.LinuxNative, output, s =>
         {
             s.ThreadCount = 2;
-            s.Linux = o => o.SchedBatchLoops = schedBatch;
+            s.Linux = o => o.Tuning.SchedBatchLoops = schedBatch;
         });
         await transport.BindAsync(new IPEndPoint(IPAddress.Loopback, 0));
         foreach (var loop in ((LinuxTransportFactory)transport.Factory).Loops)

@@ -31,7 +31,7 @@ public sealed class ZeroCopyTests(ITestOutputHelper output)
     {
         const int Connections = 4;
         const int Length = 2 * 1024 * 1024;
-        await using var server = new ZeroCopyServer(output, keepWhenCopied: true, o => o.SendFromThreadPool = sendFromThreadPool);
+        await using var server = new ZeroCopyServer(output, keepWhenCopied: true, o => o.Tuning.SendFromThreadPool = sendFromThreadPool);
 
         var transfers = new List<Task>();
         for (int i = 0; i < Connections; i++)
@@ -173,7 +173,7 @@ public sealed class ZeroCopyTests(ITestOutputHelper output)
     {
         const int Length = 512 * 1024;
         const ulong Seed = 9;
-        await using var server = new ZeroCopyServer(output, keepWhenCopied: true, o => o.SendFromThreadPool = sendFromThreadPool);
+        await using var server = new ZeroCopyServer(output, keepWhenCopied: true, o => o.Tuning.SendFromThreadPool = sendFromThreadPool);
 
         // The loops start here, in the host's namespace; only the sockets go into the test's own.
         await server.BindAsync();
@@ -317,11 +317,11 @@ public sealed class ZeroCopyTests(ITestOutputHelper output)
             {
                 ThreadCount = 2,
                 ZeroCopySendThreshold = Threshold,
-                ZeroCopyWhenKernelCopies = keepWhenCopied,
 
                 // Room for the test's whole write in the pipe, so the app never waits on the client.
                 MaxWriteBufferSize = 4 * 1024 * 1024,
             };
+            options.Tuning.ZeroCopyWhenKernelCopies = keepWhenCopied;
             configure?.Invoke(options);
             _loggerFactory = TestOutputLoggerProvider.CreateFactory(output);
             _factory = new LinuxTransportFactory(Options.Create(options), _loggerFactory, _pool, meterFactory);

@@ -9,6 +9,8 @@ public sealed class Linux_middleware(LinuxMiddlewareFixture sample) : Middleware
 
 public sealed class Linux_platform(LinuxPlatformFixture sample) : PlatformEndpoints<LinuxPlatformFixture>(sample);
 
+public sealed class Linux_aio_platform(LinuxAioPlatformFixture sample) : PlatformEndpoints<LinuxAioPlatformFixture>(sample);
+
 public sealed class Sockets_middleware(SocketsMiddlewareFixture sample) : MiddlewareEndpoints<SocketsMiddlewareFixture>(sample);
 
 public sealed class Sockets_platform(SocketsPlatformFixture sample) : PlatformEndpoints<SocketsPlatformFixture>(sample);

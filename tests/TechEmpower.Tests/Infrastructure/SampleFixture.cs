@@ -55,6 +55,9 @@ public abstract class SampleFixture : IAsyncLifetime, IAsyncDisposable
     /// <summary>What the startup line must match, beyond the mode and URLs.</summary>
     public abstract Regex ExpectedTransport { get; }
 
+    /// <summary>Arguments for the sample beyond the URLs, the transport and the mode.</summary>
+    protected virtual IReadOnlyList<string> ExtraArguments => [];
+
     /// <inheritdoc />
     public async Task InitializeAsync()
     {
@@ -62,7 +65,7 @@ public abstract class SampleFixture : IAsyncLifetime, IAsyncDisposable
         File.Delete(UnixSocketPath);
 
         _sample = await SampleProcess.StartAsync(
-            ["--urls", $"http://127.0.0.1:0;http://unix:{UnixSocketPath}", "--transport", Transport, "--mode", Mode],
+            ["--urls", $"http://127.0.0.1:0;http://unix:{UnixSocketPath}", "--transport", Transport, "--mode", Mode, .. ExtraArguments],
             new Dictionary<string, string?>
             {
                 // sockets-inline must set this for itself; the others must run without it.
@@ -109,7 +112,21 @@ public abstract class SampleFixture : IAsyncLifetime, IAsyncDisposable
 public abstract class LinuxFixture(string mode) : SampleFixture("linux", mode)
 {
     /// <inheritdoc />
-    public override Regex ExpectedTransport { get; } = new(@"^TechEmpower: transport=linux threads=\d+ scheduling=ThreadPool ");
+    public override Regex ExpectedTransport { get; } = new(@"^TechEmpower: transport=linux threads=\d+ scheduling=ThreadPool io=Epoll ");
+}
+
+/// <summary>
+/// The Linux transport with the Linux AIO backend (<c>--io aio</c>), and the loop making every send (the benchmarks-only
+/// <c>--tuning SendFromThreadPool=false</c>), so that receives and sends both go through io_submit.
+/// </summary>
+public abstract class LinuxAioFixture(string mode) : SampleFixture("linux", mode)
+{
+    /// <inheritdoc />
+    public override Regex ExpectedTransport { get; } =
+        new(@"^TechEmpower: transport=linux threads=\d+ scheduling=ThreadPool io=EpollAio tuning=SendFromThreadPool=false ");
+
+    /// <inheritdoc />
+    protected override IReadOnlyList<string> ExtraArguments => ["--io", "aio", "--tuning", "SendFromThreadPool=false"];
 }
 
 /// <summary>Kestrel's Sockets transport, default options.</summary>
@@ -157,6 +174,8 @@ public abstract class LibuvFixture(string mode) : SampleFixture("libuv", mode)
 public sealed class LinuxMiddlewareFixture() : LinuxFixture("middleware");
 
 public sealed class LinuxPlatformFixture() : LinuxFixture("platform");
+
+public sealed class LinuxAioPlatformFixture() : LinuxAioFixture("platform");
 
 public sealed class SocketsMiddlewareFixture() : SocketsFixture("middleware");
 

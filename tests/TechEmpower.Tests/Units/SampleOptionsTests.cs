@@ -108,6 +108,25 @@ public sealed class SampleOptionsTests
     }
 
     [Theory]
+    [InlineData("epoll", Kestrel.Transport.Linux.IoBackend.Epoll)]
+    [InlineData("aio", Kestrel.Transport.Linux.IoBackend.EpollAio)]
+    [InlineData("AIO", Kestrel.Transport.Linux.IoBackend.EpollAio)]
+    public void Io_accepts_each_backend(string value, Kestrel.Transport.Linux.IoBackend expected) =>
+        Assert.Equal(expected, Parse("--io", value).Io);
+
+    [Fact]
+    public void Io_and_tuning_are_unset_by_default()
+    {
+        var options = Parse();
+        Assert.Null(options.Io);
+        Assert.Null(options.Tuning);
+    }
+
+    [Fact]
+    public void Tuning_is_kept_as_given_once_it_parses() =>
+        Assert.Equal("SendFromThreadPool=false,MaxBytesPerRead=4096", Parse("--tuning", "SendFromThreadPool=false,MaxBytesPerRead=4096").Tuning);
+
+    [Theory]
     [InlineData("--help")]
     [InlineData("-h")]
     [InlineData("-?")]
@@ -127,7 +146,7 @@ public sealed class SampleOptionsTests
     {
         foreach (var text in new[]
         {
-            "--urls", "--transport", "--threads", "--scheduling", "--mode", "--help",
+            "--urls", "--transport", "--threads", "--scheduling", "--io", "--tuning", "--mode", "--help", "epoll", "aio",
             "linux", "sockets", "sockets-inline", "libuv", "threadpool", "inline", "middleware", "platform",
             "http://unix:/PATH", "DOTNET_SYSTEM_NET_SOCKETS_INLINE_COMPLETIONS",
         })
@@ -154,6 +173,11 @@ public sealed class SampleOptionsTests
     [InlineData("Invalid thread count ' 2'", "--threads", " 2")]
     [InlineData("always schedules inline", "--transport", "sockets-inline", "--scheduling", "threadpool")]
     [InlineData("does not apply to the libuv transport", "--transport", "libuv", "--scheduling", "inline")]
+    [InlineData("Unknown I/O backend 'uring'", "--io", "uring")]
+    [InlineData("unknown tuning switch 'OneShotRegistrations'", "--tuning", "OneShotRegistrations=true")]
+    [InlineData("'maybe' is not true or false", "--tuning", "DeferSend=maybe")]
+    [InlineData("apply to the linux transport only", "--transport", "sockets", "--io", "aio")]
+    [InlineData("apply to the linux transport only", "--transport", "libuv", "--tuning", "DeferSend=false")]
     [InlineData("plain HTTP only", "--urls", "https://*:8443")]
     [InlineData("localhost needs a fixed port", "--mode", "platform", "--urls", "http://localhost:0")]
     public void Bad_command_lines_are_refused_with_a_message_naming_the_problem(string message, params string[] args) =>
