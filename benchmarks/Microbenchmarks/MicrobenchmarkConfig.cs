@@ -29,16 +29,16 @@ internal static class MicrobenchmarkConfig
             .AddAnalyser(DefaultConfig.Instance.GetAnalysers().ToArray())
             .AddValidator(DefaultConfig.Instance.GetValidators().ToArray())
             .AddExporter(MarkdownExporter.GitHub, CsvExporter.Default, JsonExporter.Full)
-            .AddDiagnoser(MemoryDiagnoser.Default, ThreadingDiagnoserForNet10.Instance)
+            .AddDiagnoser(MemoryDiagnoser.Default, ThreadingDiagnoser.Default)
             .AddJob(WithToolchain(quick ? QuickJob : FullJob, inProcess))
             .WithArtifactsPath(Path.GetFullPath(ArtifactsPath));
     }
 
     /// <summary>
-    /// Out of process by default. BenchmarkDotNet 0.14.0 predates .NET 10 but its default toolchain builds and
-    /// runs net10.0 child projects fine, so it is kept: every benchmark case gets a fresh process, and one case's
-    /// thread pool, JIT state and socket engine never leak into the next. In process (InProcessEmitToolchain)
-    /// is there for quick looks and for profilers attached to one process.
+    /// Out of process by default, with BenchmarkDotNet's default toolchain (a generated net10.0 child project):
+    /// every benchmark case gets a fresh process, and one case's thread pool, JIT state and socket engine never
+    /// leak into the next. In process (InProcessEmitToolchain) is there for quick looks and for profilers
+    /// attached to one process.
     /// </summary>
     private static Job WithToolchain(Job job, bool inProcess)
         => inProcess ? job.WithToolchain(InProcessEmitToolchain.Instance) : job;

@@ -9,4 +9,10 @@ public static class SuiteScope
 {
     /// <summary>True for <c>--quick</c>: the smallest subset that still runs every benchmark method.</summary>
     public static bool Quick { get; set; }
+
+    /// <summary>
+    /// False when libuv.so.1 did not load in the host process; the HTTP suite then offers no Libuv cases
+    /// rather than fail each of them in its own process (<c>Main</c> says so on the console).
+    /// </summary>
+    public static bool LibuvAvailable { get; set; } = true;
 }

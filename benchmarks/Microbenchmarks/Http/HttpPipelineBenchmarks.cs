@@ -10,6 +10,7 @@ namespace Kestrel.Transport.Linux.Microbenchmarks.Http;
 /// Completed Work Items is thread-pool hops per request, server side.
 /// </summary>
 [BenchmarkCategory("Http")]
+[SupportedSchedulingOnly]
 public class HttpPipelineBenchmarks
 {
     public const int Connections = 4;
@@ -30,7 +31,10 @@ public class HttpPipelineBenchmarks
     [ParamsSource(nameof(SchedulingModes))]
     public SchedulingMode Scheduling { get; set; }
 
-    public static IEnumerable<TransportKind> Transports => [TransportKind.Sockets, TransportKind.Linux];
+    // Libuv stays in the quick job too (at ThreadCount 1, ThreadPool), so CI's smoke run proves it starts and answers.
+    public static IEnumerable<TransportKind> Transports => SuiteScope.LibuvAvailable
+        ? [TransportKind.Sockets, TransportKind.Linux, TransportKind.Libuv]
+        : [TransportKind.Sockets, TransportKind.Linux];
 
     public static IEnumerable<int> ThreadCounts => SuiteScope.Quick ? [1] : [1, 2, 4];
 
