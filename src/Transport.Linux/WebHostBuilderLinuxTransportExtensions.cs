@@ -1,5 +1,5 @@
 using Kestrel.Transport.Linux;
-using Kestrel.Transport.Linux.Internal;
+using Kestrel.Transport.Linux.Hosting;
 using Microsoft.AspNetCore.Connections;
 using Microsoft.Extensions.Configuration;
 using Microsoft.Extensions.DependencyInjection;

@@ -1,6 +1,6 @@
 using System.Runtime.InteropServices;
 using BenchmarkDotNet.Attributes;
-using Kestrel.Transport.Linux.Internal;
+using Kestrel.Transport.Linux.Engines;
 using Kestrel.Transport.Linux.Interop;
 
 namespace Kestrel.Transport.Linux.Microbenchmarks.BatchIo;

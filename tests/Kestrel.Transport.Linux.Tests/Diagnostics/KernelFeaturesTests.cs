@@ -1,5 +1,5 @@
 using System.Net.Sockets;
-using Kestrel.Transport.Linux.Internal;
+using Kestrel.Transport.Linux.Diagnostics;
 using Kestrel.Transport.Linux.Interop;
 
 namespace Kestrel.Transport.Linux.Tests.Diagnostics;

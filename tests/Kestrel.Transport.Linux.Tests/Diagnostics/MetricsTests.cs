@@ -1,7 +1,7 @@
 using System.Diagnostics.Metrics;
 using System.Net;
 using System.Net.Sockets;
-using Kestrel.Transport.Linux.Internal;
+using Kestrel.Transport.Linux.Hosting;
 using Kestrel.Transport.Linux.Tests.Infrastructure;
 using Microsoft.Extensions.DependencyInjection;
 using Microsoft.Extensions.Logging.Abstractions;

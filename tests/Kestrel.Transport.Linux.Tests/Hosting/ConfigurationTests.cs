@@ -1,11 +1,10 @@
+using Kestrel.Transport.Linux.Hosting;
 using Microsoft.AspNetCore.Builder;
 using Microsoft.AspNetCore.Connections;
 using Microsoft.AspNetCore.Hosting;
 using Microsoft.Extensions.Configuration;
 using Microsoft.Extensions.DependencyInjection;
 using Microsoft.Extensions.Options;
-using Kestrel.Transport.Linux.Hosting;
-using Kestrel.Transport.Linux.Internal;
 
 namespace Kestrel.Transport.Linux.Tests.Hosting;
 

@@ -1,6 +1,6 @@
 using System.Diagnostics;
 using Kestrel.Transport.Linux.Interop;
-using Kestrel.Transport.Linux.Internal;
+using Kestrel.Transport.Linux.Loop;
 
 namespace Kestrel.Transport.Linux.Tests.Infrastructure;
 

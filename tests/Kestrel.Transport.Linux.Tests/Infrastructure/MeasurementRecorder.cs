@@ -1,6 +1,6 @@
 using System.Collections.Concurrent;
 using System.Diagnostics.Metrics;
-using Kestrel.Transport.Linux.Internal;
+using Kestrel.Transport.Linux.Diagnostics;
 
 namespace Kestrel.Transport.Linux.Tests.Infrastructure;
 

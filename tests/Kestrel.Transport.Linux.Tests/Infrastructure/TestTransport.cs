@@ -1,5 +1,5 @@
 using System.Net;
-using Kestrel.Transport.Linux.Internal;
+using Kestrel.Transport.Linux.Hosting;
 using Microsoft.AspNetCore.Connections;
 using Microsoft.AspNetCore.Hosting;
 using Microsoft.Extensions.DependencyInjection;

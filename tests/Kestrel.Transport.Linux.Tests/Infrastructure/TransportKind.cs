@@ -1,4 +1,4 @@
-using Kestrel.Transport.Linux.Internal;
+using Kestrel.Transport.Linux.Hosting;
 using Kestrel.Transport.Linux.Interop;
 using Microsoft.AspNetCore.Connections;
 

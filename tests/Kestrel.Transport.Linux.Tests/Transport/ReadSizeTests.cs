@@ -1,6 +1,6 @@
 using System.Net;
 using System.Net.Sockets;
-using Kestrel.Transport.Linux.Internal;
+using Kestrel.Transport.Linux.Connection;
 using Kestrel.Transport.Linux.Tests.Infrastructure;
 
 namespace Kestrel.Transport.Linux.Tests.Transport;

@@ -1,6 +1,7 @@
 using System.Globalization;
 using System.Net;
-using Kestrel.Transport.Linux.Internal;
+using Kestrel.Transport.Linux.Connection;
+using Kestrel.Transport.Linux.Hosting;
 using Kestrel.Transport.Linux.Interop;
 using Kestrel.Transport.Linux.Tests.Infrastructure;
 using Microsoft.AspNetCore.Connections;

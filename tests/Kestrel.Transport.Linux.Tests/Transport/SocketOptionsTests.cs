@@ -1,7 +1,9 @@
 using System.Buffers;
 using System.Globalization;
 using System.Net;
-using Kestrel.Transport.Linux.Internal;
+using Kestrel.Transport.Linux.Connection;
+using Kestrel.Transport.Linux.Diagnostics;
+using Kestrel.Transport.Linux.Hosting;
 using Kestrel.Transport.Linux.Interop;
 using Kestrel.Transport.Linux.Tests.Infrastructure;
 

@@ -1,7 +1,8 @@
 using System.Buffers;
 using System.Diagnostics;
+using Kestrel.Transport.Linux.Diagnostics;
 using Kestrel.Transport.Linux.Interop;
-using Kestrel.Transport.Linux.Internal;
+using Kestrel.Transport.Linux.Loop;
 using Kestrel.Transport.Linux.Tests.Infrastructure;
 using Microsoft.Extensions.Logging.Abstractions;
 

@@ -1,8 +1,9 @@
 using System.Buffers;
 using System.Runtime.CompilerServices;
+using Kestrel.Transport.Linux.Connection;
 using Kestrel.Transport.Linux.Interop;
 
-namespace Kestrel.Transport.Linux.Internal;
+namespace Kestrel.Transport.Linux.Engines;
 
 /// <summary>
 /// What one loop pass receives or sends: an op per connection, its iovecs and the pins that keep

@@ -3,11 +3,16 @@ using System.Collections.Concurrent;
 using System.Diagnostics;
 using System.IO.Pipelines;
 using System.Runtime.InteropServices;
+using Kestrel.Transport.Linux.Connection;
+using Kestrel.Transport.Linux.Diagnostics;
+using Kestrel.Transport.Linux.Engines;
 using Kestrel.Transport.Linux.Hosting;
 using Kestrel.Transport.Linux.Interop;
+using Kestrel.Transport.Linux.Listening;
+using Kestrel.Transport.Linux.Scheduling;
 using Microsoft.Extensions.Logging;
 
-namespace Kestrel.Transport.Linux.Internal;
+namespace Kestrel.Transport.Linux.Loop;
 
 /// <summary>
 /// One thread, one epoll instance. Each pass: wait for events, accept, receive every readable

@@ -1,7 +1,7 @@
 using System.Net;
 using Microsoft.Extensions.Logging;
 
-namespace Kestrel.Transport.Linux.Internal;
+namespace Kestrel.Transport.Linux.Diagnostics;
 
 /// <summary>Every log message of the transport, source-generated, under one category.</summary>
 internal static partial class TransportLog

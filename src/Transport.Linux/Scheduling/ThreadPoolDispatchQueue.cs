@@ -2,8 +2,9 @@ using System.Collections.Concurrent;
 using System.Diagnostics;
 using System.IO.Pipelines;
 using Kestrel.Transport.Linux.Interop;
+using Kestrel.Transport.Linux.Loop;
 
-namespace Kestrel.Transport.Linux.Internal;
+namespace Kestrel.Transport.Linux.Scheduling;
 
 /// <summary>
 /// Hands continuations to the thread pool in batches: however many connections a loop pass wakes,

@@ -1,6 +1,7 @@
 using System.Diagnostics.Metrics;
+using Kestrel.Transport.Linux.Loop;
 
-namespace Kestrel.Transport.Linux.Internal;
+namespace Kestrel.Transport.Linux.Diagnostics;
 
 /// <summary>
 /// The transport's meter, <c>Kestrel.Transport.Linux</c>. Totals that change every pass (passes,

@@ -1,6 +1,6 @@
 using Kestrel.Transport.Linux.Interop;
 
-namespace Kestrel.Transport.Linux.Internal;
+namespace Kestrel.Transport.Linux.Engines;
 
 /// <summary>
 /// Performs one loop pass's receives or sends. Each loop owns one engine; it is used only on that

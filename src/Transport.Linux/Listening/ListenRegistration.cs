@@ -1,4 +1,6 @@
-namespace Kestrel.Transport.Linux.Internal;
+using Kestrel.Transport.Linux.Loop;
+
+namespace Kestrel.Transport.Linux.Listening;
 
 /// <summary>A listening fd as one loop sees it.</summary>
 internal sealed class ListenRegistration(LinuxConnectionListener listener, EventLoop loop, int fd, bool shared)

@@ -2,7 +2,7 @@ using System.Buffers;
 using System.Collections.Concurrent;
 using System.Runtime.InteropServices;
 
-namespace Kestrel.Transport.Linux.Internal;
+namespace Kestrel.Transport.Linux.Connection;
 
 // MSG_ZEROCOPY (LinuxTransportOptions.ZeroCopySendThreshold; the kernel's msg_zerocopy.rst).
 //

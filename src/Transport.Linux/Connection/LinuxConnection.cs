@@ -2,7 +2,10 @@ using System.Buffers;
 using System.Diagnostics;
 using System.IO.Pipelines;
 using System.Net;
+using Kestrel.Transport.Linux.Diagnostics;
+using Kestrel.Transport.Linux.Engines;
 using Kestrel.Transport.Linux.Interop;
+using Kestrel.Transport.Linux.Loop;
 using Microsoft.AspNetCore.Connections;
 using Microsoft.AspNetCore.Connections.Features;
 using Microsoft.AspNetCore.Http.Features;
@@ -11,7 +14,7 @@ using Microsoft.AspNetCore.Http.Features;
 // once they have completed; CA2012 cannot see that.
 #pragma warning disable CA2012
 
-namespace Kestrel.Transport.Linux.Internal;
+namespace Kestrel.Transport.Linux.Connection;
 
 /// <summary>
 /// One accepted socket and its two pipes. Every method without a thread note runs on the owning

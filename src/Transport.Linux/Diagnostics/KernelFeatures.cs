@@ -1,6 +1,7 @@
+using Kestrel.Transport.Linux.Engines;
 using Kestrel.Transport.Linux.Interop;
 
-namespace Kestrel.Transport.Linux.Internal;
+namespace Kestrel.Transport.Linux.Diagnostics;
 
 /// <summary>
 /// What this kernel (and the container around it) lets the transport use, found by trying each

@@ -2,11 +2,14 @@ using System.Buffers;
 using System.Diagnostics.Metrics;
 using System.Net;
 using System.Net.Sockets;
+using Kestrel.Transport.Linux.Diagnostics;
+using Kestrel.Transport.Linux.Listening;
+using Kestrel.Transport.Linux.Loop;
 using Microsoft.AspNetCore.Connections;
 using Microsoft.Extensions.Logging;
 using Microsoft.Extensions.Options;
 
-namespace Kestrel.Transport.Linux.Internal;
+namespace Kestrel.Transport.Linux.Hosting;
 
 /// <summary>
 /// Kestrel's entry point into the transport: binds endpoints onto one shared group of event loops.

@@ -1,7 +1,8 @@
+using Kestrel.Transport.Linux.Diagnostics;
 using Microsoft.Extensions.Hosting;
 using Microsoft.Extensions.Logging;
 
-namespace Kestrel.Transport.Linux.Internal;
+namespace Kestrel.Transport.Linux.Hosting;
 
 /// <summary>Tells the operator, once, that UseLinuxTransport() did nothing on this OS.</summary>
 internal sealed class NonLinuxNotice(ILoggerFactory loggerFactory) : IHostedService

@@ -1,6 +1,6 @@
 using Microsoft.Extensions.Options;
 
-namespace Kestrel.Transport.Linux.Internal;
+namespace Kestrel.Transport.Linux.Hosting;
 
 internal sealed class LinuxTransportOptionsValidator : IValidateOptions<LinuxTransportOptions>
 {

@@ -1,11 +1,14 @@
 using System.Net;
 using System.Net.Sockets;
 using System.Threading.Channels;
+using Kestrel.Transport.Linux.Connection;
+using Kestrel.Transport.Linux.Diagnostics;
+using Kestrel.Transport.Linux.Hosting;
 using Kestrel.Transport.Linux.Interop;
 using Microsoft.AspNetCore.Connections;
 using Microsoft.Extensions.Logging;
 
-namespace Kestrel.Transport.Linux.Internal;
+namespace Kestrel.Transport.Linux.Listening;
 
 /// <summary>
 /// One bound endpoint. For an IP endpoint every loop gets its own SO_REUSEPORT socket, so the

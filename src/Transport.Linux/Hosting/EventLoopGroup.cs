@@ -1,7 +1,9 @@
+using Kestrel.Transport.Linux.Diagnostics;
+using Kestrel.Transport.Linux.Loop;
 using Microsoft.AspNetCore.Connections;
 using Microsoft.Extensions.Logging;
 
-namespace Kestrel.Transport.Linux.Internal;
+namespace Kestrel.Transport.Linux.Hosting;
 
 /// <summary>
 /// The loop threads of one server, shared by all of its endpoints. Created by the first bind;
