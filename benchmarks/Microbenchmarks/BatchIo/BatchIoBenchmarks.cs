@@ -40,8 +40,7 @@ public unsafe class BatchIoBenchmarks
     private const long NotPerformed = long.MinValue;
 
     private SocketPairs? _pairs;
-    private BatchEngine? _engine;
-    private bool _useAio;
+    private BatchExecutor? _engine;
     private IoOp* _ops;
     private Iovec* _iov;
     private byte* _buffers;
@@ -67,7 +66,6 @@ public unsafe class BatchIoBenchmarks
     public void Setup()
     {
         _engine = CreateEngine(Engine, Sockets);
-        _useAio = Engine == EngineKind.NativeAio;
         _pairs = SocketPairs.Create(Kind, Sockets);
 
         _buffers = (byte*)NativeMemory.AllocZeroed((nuint)(Sockets * ChunkBytes));
@@ -125,14 +123,14 @@ public unsafe class BatchIoBenchmarks
     [Benchmark]
     public void Receive()
     {
-        _engine!.Execute(NativeEngine.Receive, _useAio, _ops, Sockets);
+        _engine!.Execute(IoDirection.Receive, _ops, Sockets);
         EnsureEveryOpMovedAChunk("receive");
     }
 
     [Benchmark]
     public void Send()
     {
-        _engine!.Execute(NativeEngine.Send, _useAio, _ops, Sockets);
+        _engine!.Execute(IoDirection.Send, _ops, Sockets);
         EnsureEveryOpMovedAChunk("send");
     }
 
@@ -161,14 +159,14 @@ public unsafe class BatchIoBenchmarks
     };
 
     /// <summary>Creates the engine the case names, or throws: a silent fallback would measure the wrong engine.</summary>
-    private static BatchEngine CreateEngine(EngineKind kind, int sockets)
+    private static BatchExecutor CreateEngine(EngineKind kind, int sockets)
     {
-        var engine = BatchEngine.Create(preferNative: kind != EngineKind.Managed, aioCapacity: kind == EngineKind.NativeAio ? sockets : 0, out int aioError);
+        var engine = BatchExecutor.Create(preferNative: kind != EngineKind.Managed, aioCapacity: kind == EngineKind.NativeAio ? sockets : 0, out int aioError);
         string? problem = kind switch
         {
-            EngineKind.Managed when engine.Name != "managed" => $"expected the managed engine, got {engine.Name}",
-            EngineKind.Native or EngineKind.NativeAio when engine.Name != "native" => $"libktl_native.so is not in use: {NativeEngine.LoadError}",
-            EngineKind.NativeAio when !engine.HasAio => $"io_setup failed: {Marshal.GetPInvokeErrorMessage(aioError)} (errno {aioError})",
+            EngineKind.Managed when engine.IsNative => "expected the managed engine, got the native one",
+            EngineKind.Native or EngineKind.NativeAio when !engine.IsNative => $"libktl_native.so is not in use: {NativeEngine.LoadError}",
+            EngineKind.NativeAio when !engine.UsesAio => $"io_setup failed: {Marshal.GetPInvokeErrorMessage(aioError)} (errno {aioError})",
             _ => null,
         };
 

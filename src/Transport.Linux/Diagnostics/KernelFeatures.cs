@@ -36,30 +36,30 @@ internal sealed record KernelFeatures(
     private static KernelFeatures Probe()
     {
         bool reusePort = false, zeroCopy = false, busyPoll = false, exclusive = false, epollParams = false;
-        int tcp = Interop.Socket.Create(Interop.Socket.AF_INET);
-        if (tcp >= 0)
+        using (var tcp = OwnedFd.TryTake(Interop.Socket.Create(Interop.Socket.AF_INET)))
         {
-            reusePort = Interop.Socket.SetOption(tcp, Interop.Socket.SOL_SOCKET, Interop.Socket.SO_REUSEPORT, 1) == 0;
-            zeroCopy = Interop.Socket.SetOption(tcp, Interop.Socket.SOL_SOCKET, Interop.Socket.SO_ZEROCOPY, 1) == 0;
-            busyPoll = Interop.Socket.SetOption(tcp, Interop.Socket.SOL_SOCKET, Interop.Socket.SO_BUSY_POLL, 0) == 0;
-            LibC.CloseFd(tcp);
+            if (tcp is not null)
+            {
+                reusePort = !Interop.Socket.SetOption(tcp.Value, Interop.Socket.SOL_SOCKET, Interop.Socket.SO_REUSEPORT, 1).IsError;
+                zeroCopy = !Interop.Socket.SetOption(tcp.Value, Interop.Socket.SOL_SOCKET, Interop.Socket.SO_ZEROCOPY, 1).IsError;
+                busyPoll = !Interop.Socket.SetOption(tcp.Value, Interop.Socket.SOL_SOCKET, Interop.Socket.SO_BUSY_POLL, 0).IsError;
+            }
         }
 
-        int epoll = Epoll.Create();
-        int eventFd = EventFd.Create();
-        if (epoll >= 0 && eventFd >= 0)
+        using (var epoll = OwnedFd.TryTake(Epoll.Create()))
+        using (var eventFd = OwnedFd.TryTake(EventFd.Create()))
         {
-            exclusive = Epoll.Control(epoll, Epoll.EPOLL_CTL_ADD, eventFd, Epoll.EPOLLIN | Epoll.EPOLLEXCLUSIVE) == 0;
-            epollParams = Epoll.GetBusyPollParameters(epoll, out _) == 0;
+            if (epoll is not null && eventFd is not null)
+            {
+                exclusive = !Epoll.Control(epoll.Value, Epoll.EPOLL_CTL_ADD, eventFd.Value, Epoll.EPOLLIN | Epoll.EPOLLEXCLUSIVE).IsError;
+                epollParams = !Epoll.GetBusyPollParameters(epoll.Value, out _).IsError;
+            }
         }
-
-        LibC.CloseFd(eventFd);
-        LibC.CloseFd(epoll);
 
         int aioError = -1;
         if (Interop.NativeEngine.IsSupported)
         {
-            using var engine = BatchEngine.Create(preferNative: true, aioCapacity: 1, out aioError);
+            using var executor = BatchExecutor.Create(preferNative: true, aioCapacity: 1, out aioError);
         }
 
         return new KernelFeatures(Interop.NativeEngine.LoadError, reusePort, exclusive, aioError, zeroCopy, busyPoll, epollParams);

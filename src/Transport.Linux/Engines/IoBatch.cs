@@ -1,37 +1,35 @@
 using System.Buffers;
 using System.Runtime.CompilerServices;
-using Kestrel.Transport.Linux.Connection;
 using Kestrel.Transport.Linux.Interop;
 
 namespace Kestrel.Transport.Linux.Engines;
 
 /// <summary>
-/// What one loop pass receives or sends: an op per connection, its iovecs and the pins that keep
-/// their memory in place while the kernel uses it. The arrays live on the pinned object heap and
-/// grow on demand, so a batch of any size fits (a fixed 512-slot array once crashed an earlier
-/// transport after days of uptime). Used only on its loop's thread, or as a pool thread's own batch
-/// for the sends it makes itself (with <see cref="BatchEngine.CallingThread"/>).
+/// What one loop pass receives or sends: an op per connection, its iovecs and the pins that keep their
+/// memory in place while the kernel uses it. The arrays live on the pinned object heap and grow on demand,
+/// so a batch of any size fits (a fixed 512-slot array once crashed an earlier transport after days of
+/// uptime). Used only on its loop's thread, or as a pool thread's own batch for the sends it makes itself.
 /// </summary>
 internal sealed unsafe class IoBatch
 {
     private IoOp[] _ops = GC.AllocateArray<IoOp>(64, pinned: true);
     private int[] _iovStart = new int[64];
-    private LinuxConnection[] _connections = new LinuxConnection[64];
+    private IBatchOwner[] _owners = new IBatchOwner[64];
     private Iovec[] _iovs = GC.AllocateArray<Iovec>(256, pinned: true);
     private MemoryHandle[] _pins = new MemoryHandle[256];
     private int _iovCount;
 
     public int Count { get; private set; }
 
-    public LinuxConnection ConnectionAt(int index) => _connections[index];
+    public IBatchOwner OwnerAt(int index) => _owners[index];
 
-    public long ResultAt(int index) => _ops[index].Result;
+    public SysResult ResultAt(int index) => SysResult.FromNative(_ops[index].Result);
 
     /// <summary>
-    /// Starts an op for <paramref name="connection"/>; follow with <see cref="AddBuffer"/> calls.
+    /// Starts an op on <paramref name="fd"/> for <paramref name="owner"/>; follow with <see cref="AddBuffer"/> calls.
     /// <paramref name="flags"/>: <see cref="NativeEngine.SendZeroCopy"/> or 0.
     /// </summary>
-    public void BeginOp(LinuxConnection connection, int fd, int flags = 0)
+    public void BeginOp(IBatchOwner owner, int fd, int flags = 0)
     {
         if (Count == _ops.Length)
         {
@@ -40,12 +38,12 @@ internal sealed unsafe class IoBatch
             _ops.AsSpan().CopyTo(ops);
             _ops = ops;
             Array.Resize(ref _iovStart, size);
-            Array.Resize(ref _connections, size);
+            Array.Resize(ref _owners, size);
         }
 
         _ops[Count] = new IoOp { Fd = fd, Flags = flags };
         _iovStart[Count] = _iovCount;
-        _connections[Count] = connection;
+        _owners[Count] = owner;
         Count++;
     }
 
@@ -82,7 +80,8 @@ internal sealed unsafe class IoBatch
         return total;
     }
 
-    public void Execute(BatchEngine engine, int direction, bool useAio)
+    /// <summary>Runs the batch through <paramref name="executor"/>.</summary>
+    public void Execute(BatchExecutor executor, IoDirection direction)
     {
         if (Count == 0)
         {
@@ -96,7 +95,7 @@ internal sealed unsafe class IoBatch
             _ops[i].Iov = iovs + _iovStart[i];
         }
 
-        engine.Execute(direction, useAio, (IoOp*)Unsafe.AsPointer(ref _ops[0]), Count);
+        executor.Execute(direction, (IoOp*)Unsafe.AsPointer(ref _ops[0]), Count);
     }
 
     public void Clear()
@@ -107,7 +106,7 @@ internal sealed unsafe class IoBatch
             _pins[i] = default;
         }
 
-        Array.Clear(_connections, 0, Count);
+        Array.Clear(_owners, 0, Count);
         _iovCount = 0;
         Count = 0;
     }

@@ -20,11 +20,11 @@ internal static unsafe partial class Affinity
     /// <summary>SCHED_BATCH (sched(7)): a normal-priority thread that does not preempt others when it wakes.</summary>
     private const int SCHED_BATCH = 3;
 
-    /// <summary>Puts the calling thread in SCHED_BATCH; 0, or -errno.</summary>
-    public static int SetCurrentThreadBatch()
+    /// <summary>Puts the calling thread in SCHED_BATCH.</summary>
+    public static SysResult SetCurrentThreadBatch()
     {
         int priority = 0;
-        return sched_setscheduler(0, SCHED_BATCH, &priority) == 0 ? 0 : -Marshal.GetLastPInvokeError();
+        return SysResult.Of(sched_setscheduler(0, SCHED_BATCH, &priority));
     }
 
     [LibraryImport(LibC.Name, EntryPoint = "gettid")]
@@ -43,34 +43,33 @@ internal static unsafe partial class Affinity
     /// </summary>
     public static bool IsThreadBlocked(string statPath)
     {
-        int fd = open(statPath, LibC.O_CLOEXEC);
-        if (fd < 0)
+        using var file = OwnedFd.TryTake(SysResult.Of(open(statPath, LibC.O_CLOEXEC)));
+        if (file is null)
         {
             return false;
         }
 
         byte* buffer = stackalloc byte[512];
-        nint length = LibC.read(fd, buffer, 512);
-        LibC.CloseFd(fd);
-        if (length <= 0)
+        var length = LibC.Read(file.Value, buffer, 512);
+        if (length.IsError || length.Value == 0)
         {
             return false;
         }
 
         // "tid (comm) S ...": the state follows the last ')' (comm may contain parentheses and spaces).
-        var text = new ReadOnlySpan<byte>(buffer, (int)length);
+        var text = new ReadOnlySpan<byte>(buffer, (int)length.Value);
         int close = text.LastIndexOf((byte)')');
         return close >= 0 && close + 2 < text.Length && text[close + 2] is (byte)'S' or (byte)'D';
     }
 
-    /// <summary>The CPUs the calling thread may run on, in ascending order; empty with <paramref name="errno"/> set on failure.</summary>
-    public static List<int> AllowedCpus(out int errno)
+    /// <summary>The CPUs the calling thread may run on, in ascending order; empty, with the error in <paramref name="result"/>, on failure.</summary>
+    public static List<int> AllowedCpus(out SysResult result)
     {
         byte* mask = stackalloc byte[MaskBytes];
         new Span<byte>(mask, MaskBytes).Clear();
         var cpus = new List<int>();
-        errno = -Errno.Check(sched_getaffinity(0, MaskBytes, mask));
-        if (errno == 0)
+        result = SysResult.Of(sched_getaffinity(0, MaskBytes, mask));
+        if (!result.IsError)
         {
             for (int cpu = 0; cpu < MaskBytes * 8; cpu++)
             {
@@ -84,17 +83,17 @@ internal static unsafe partial class Affinity
         return cpus;
     }
 
-    /// <summary>Pins the calling thread to <paramref name="cpu"/>; 0 or -errno.</summary>
-    public static int PinCurrentThread(int cpu)
+    /// <summary>Pins the calling thread to <paramref name="cpu"/>.</summary>
+    public static SysResult PinCurrentThread(int cpu)
     {
         if (cpu is < 0 or >= MaskBytes * 8)
         {
-            return -Errno.EINVAL;
+            return SysResult.Failed(Errno.EINVAL);
         }
 
         byte* mask = stackalloc byte[MaskBytes];
         new Span<byte>(mask, MaskBytes).Clear();
         mask[cpu / 8] = (byte)(1 << (cpu % 8));
-        return Errno.Check(sched_setaffinity(0, MaskBytes, mask));
+        return SysResult.Of(sched_setaffinity(0, MaskBytes, mask));
     }
 }

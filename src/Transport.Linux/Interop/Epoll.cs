@@ -4,9 +4,9 @@ using System.Runtime.InteropServices;
 namespace Kestrel.Transport.Linux.Interop;
 
 /// <summary>
-/// epoll(7). struct epoll_event is packed on x86_64 (12 bytes, data at offset 4) and naturally
-/// aligned elsewhere (16 bytes, data at offset 8), see sys/epoll.h; events are read through
-/// <see cref="EventSize"/> and <see cref="DataOffset"/> so one build serves both.
+/// epoll(7). struct epoll_event is packed on x86_64 (12 bytes, data at offset 4) and naturally aligned
+/// elsewhere (16 bytes, data at offset 8), see sys/epoll.h's __EPOLL_PACKED; events are read through
+/// <see cref="EventSize"/> and <see cref="DataOffset"/>, so one build serves both.
 /// </summary>
 internal static unsafe partial class Epoll
 {
@@ -25,8 +25,17 @@ internal static unsafe partial class Epoll
 
     public const int EPOLL_CLOEXEC = 0x80000;   // == O_CLOEXEC
 
-    public static readonly int EventSize = RuntimeInformation.ProcessArchitecture is Architecture.X64 or Architecture.X86 ? 12 : 16;
-    public static readonly int DataOffset = EventSize == 12 ? 4 : 8;
+    // EPIOCGPARAMS = _IOR(0x8A, 0x02, struct epoll_params), EPIOCSPARAMS = _IOW(0x8A, 0x01, ...):
+    // linux/eventpoll.h, Linux 6.9.
+    private const nuint EPIOCGPARAMS = 0x80088A02;
+    private const nuint EPIOCSPARAMS = 0x40088A01;
+
+    public static readonly int EventSize = LayoutFor(RuntimeInformation.ProcessArchitecture).Size;
+    public static readonly int DataOffset = LayoutFor(RuntimeInformation.ProcessArchitecture).DataOffset;
+
+    /// <summary>struct epoll_event's size and the offset of its data on <paramref name="architecture"/>.</summary>
+    public static (int Size, int DataOffset) LayoutFor(Architecture architecture)
+        => architecture is Architecture.X64 or Architecture.X86 ? (12, 4) : (16, 8);
 
     [LibraryImport(LibC.Name, EntryPoint = "epoll_create1", SetLastError = true)]
     private static partial int epoll_create1(int flags);
@@ -37,51 +46,45 @@ internal static unsafe partial class Epoll
     [LibraryImport(LibC.Name, EntryPoint = "epoll_wait", SetLastError = true)]
     private static partial int epoll_wait(int epfd, byte* events, int maxevents, int timeout);
 
-    // EPIOCGPARAMS = _IOR(0x8A, 0x02, struct epoll_params): linux/eventpoll.h, Linux 6.9.
-    private const nuint EPIOCGPARAMS = 0x80088A02;
-
-    // EPIOCSPARAMS = _IOW(0x8A, 0x01, struct epoll_params).
-    private const nuint EPIOCSPARAMS = 0x40088A01;
-
     [LibraryImport(LibC.Name, EntryPoint = "ioctl", SetLastError = true)]
     private static partial int ioctl(int fd, nuint request, void* argument);
 
-    /// <summary>Reads the epoll instance's busy-poll parameters (struct epoll_params, 8 bytes); 0 or -errno (ENOTTY before 6.9).</summary>
-    public static int GetBusyPollParameters(int epfd, out ulong parameters)
+    public static SysResult Create() => SysResult.Of(epoll_create1(EPOLL_CLOEXEC));
+
+    /// <summary>epoll_ctl with the fd itself as the event's data.</summary>
+    public static SysResult Control(int epfd, int op, int fd, uint events)
+    {
+        byte* ev = stackalloc byte[16];
+        Unsafe.WriteUnaligned(ev, events);
+        Unsafe.WriteUnaligned(ev + DataOffset, (ulong)(uint)fd);
+        return SysResult.Of(epoll_ctl(epfd, op, fd, ev));
+    }
+
+    /// <summary>epoll_wait: the number of events written to <paramref name="events"/>.</summary>
+    public static SysResult Wait(int epfd, byte* events, int maxEvents, int timeoutMs)
+        => SysResult.Of(epoll_wait(epfd, events, maxEvents, timeoutMs));
+
+    public static uint EventsAt(byte* events, int index) => Unsafe.ReadUnaligned<uint>(events + (index * EventSize));
+
+    public static int FdAt(byte* events, int index) => (int)Unsafe.ReadUnaligned<ulong>(events + (index * EventSize) + DataOffset);
+
+    /// <summary>Reads the epoll instance's busy-poll parameters (struct epoll_params, 8 bytes); ENOTTY before Linux 6.9.</summary>
+    public static SysResult GetBusyPollParameters(int epfd, out ulong parameters)
     {
         ulong value = 0;
-        int rc = Errno.Check(ioctl(epfd, EPIOCGPARAMS, &value));
+        var result = SysResult.Of(ioctl(epfd, EPIOCGPARAMS, &value));
         parameters = value;
-        return rc;
+        return result;
     }
 
     /// <summary>
     /// Sets the epoll instance's busy-poll parameters (struct epoll_params { u32 busy_poll_usecs;
     /// u16 busy_poll_budget; u8 prefer_busy_poll; u8 pad; }); a budget of 0 means the kernel's default.
-    /// 0 or -errno (ENOTTY before Linux 6.9).
+    /// ENOTTY before Linux 6.9.
     /// </summary>
-    public static int SetBusyPollParameters(int epfd, uint microseconds)
+    public static SysResult SetBusyPollParameters(int epfd, uint microseconds)
     {
         ulong value = microseconds;
-        return Errno.Check(ioctl(epfd, EPIOCSPARAMS, &value));
+        return SysResult.Of(ioctl(epfd, EPIOCSPARAMS, &value));
     }
-
-    public static int Create() => Errno.Check(epoll_create1(EPOLL_CLOEXEC));
-
-    /// <summary>epoll_ctl with the fd itself as the event's data; returns 0 or -errno.</summary>
-    public static int Control(int epfd, int op, int fd, uint events)
-    {
-        byte* ev = stackalloc byte[16];
-        Unsafe.WriteUnaligned(ev, events);
-        Unsafe.WriteUnaligned(ev + DataOffset, (ulong)(uint)fd);
-        return Errno.Check(epoll_ctl(epfd, op, fd, ev));
-    }
-
-    /// <summary>epoll_wait; returns the number of events or -errno.</summary>
-    public static int Wait(int epfd, byte* events, int maxEvents, int timeoutMs)
-        => Errno.Check(epoll_wait(epfd, events, maxEvents, timeoutMs));
-
-    public static uint EventsAt(byte* events, int index) => Unsafe.ReadUnaligned<uint>(events + (index * EventSize));
-
-    public static int FdAt(byte* events, int index) => (int)Unsafe.ReadUnaligned<ulong>(events + (index * EventSize) + DataOffset);
 }

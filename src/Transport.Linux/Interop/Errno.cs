@@ -5,8 +5,8 @@ using Microsoft.AspNetCore.Connections;
 namespace Kestrel.Transport.Linux.Interop;
 
 /// <summary>
-/// Linux errno values (asm-generic/errno-base.h and errno.h; identical on x86_64 and arm64)
-/// and the one place where -1 plus errno becomes an error value or an exception.
+/// Linux errno values (asm-generic/errno-base.h and errno.h; identical on x86_64 and arm64), and the one
+/// place where an errno becomes an exception (a failed <see cref="SysResult"/> comes here).
 /// </summary>
 internal static class Errno
 {
@@ -37,15 +37,6 @@ internal static class Errno
     public const int ECONNREFUSED = 111;
     public const int EHOSTUNREACH = 113;
 
-    /// <summary>The errno of the last P/Invoke declared with SetLastError.</summary>
-    public static int Last => Marshal.GetLastPInvokeError();
-
-    /// <summary>Returns <paramref name="result"/>, or -errno when it is -1.</summary>
-    public static int Check(int result) => result == -1 ? -Last : result;
-
-    /// <summary>Returns <paramref name="result"/>, or -errno when it is -1.</summary>
-    public static long Check(long result) => result == -1 ? -Last : result;
-
     /// <summary>The symbolic name of the errno values the transport reports in metrics; "errno N" for others.</summary>
     public static string Name(int errno) => errno switch
     {
@@ -67,17 +58,6 @@ internal static class Errno
     };
 
     public static string Describe(int errno) => $"{Marshal.GetPInvokeErrorMessage(errno)} (errno {errno})";
-
-    /// <summary>Throws for a negative result (a -errno); returns non-negative results unchanged.</summary>
-    public static int ThrowIfError(int result, string operation)
-    {
-        if (result < 0)
-        {
-            throw ToException(-result, operation);
-        }
-
-        return result;
-    }
 
     public static Exception ToException(int errno, string operation) => errno switch
     {

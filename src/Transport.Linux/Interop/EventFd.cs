@@ -2,7 +2,7 @@ using System.Runtime.InteropServices;
 
 namespace Kestrel.Transport.Linux.Interop;
 
-/// <summary>eventfd(2): the loop's wake-up counter.</summary>
+/// <summary>eventfd(2): a loop's wake-up counter.</summary>
 internal static unsafe partial class EventFd
 {
     public const int EFD_CLOEXEC = 0x80000;   // == O_CLOEXEC
@@ -11,20 +11,20 @@ internal static unsafe partial class EventFd
     [LibraryImport(LibC.Name, EntryPoint = "eventfd", SetLastError = true)]
     private static partial int eventfd(uint initval, int flags);
 
-    public static int Create() => Errno.Check(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+    public static SysResult Create() => SysResult.Of(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
 
     /// <summary>Adds one to the counter, waking an epoll_wait that watches the fd.</summary>
     public static void Signal(int fd)
     {
         ulong one = 1;
         // EAGAIN means the counter is at its maximum: the loop is being woken anyway.
-        LibC.write(fd, &one, sizeof(ulong));
+        _ = LibC.Write(fd, &one, sizeof(ulong));
     }
 
     /// <summary>Resets the counter to zero.</summary>
     public static void Drain(int fd)
     {
         ulong value;
-        LibC.read(fd, &value, sizeof(ulong));
+        _ = LibC.Read(fd, &value, sizeof(ulong));
     }
 }

@@ -1,8 +1,9 @@
+using Kestrel.Transport.Linux.Interop;
 using Kestrel.Transport.Linux.Loop;
 
 namespace Kestrel.Transport.Linux.Listening;
 
-/// <summary>A listening fd as one loop sees it.</summary>
+/// <summary>A listening fd as one loop sees it: what the loop polls it for, and its accept backoff.</summary>
 internal sealed class ListenRegistration(LinuxConnectionListener listener, EventLoop loop, int fd, bool shared)
 {
     private const int FirstBackoffMs = 10;
@@ -19,6 +20,9 @@ internal sealed class ListenRegistration(LinuxConnectionListener listener, Event
     /// (Linux 4.5), so that one accept wakes one loop; false for a per-loop SO_REUSEPORT socket.
     /// </summary>
     public bool Shared { get; } = shared;
+
+    /// <summary>What the loop polls the fd for: readable, and with EPOLLEXCLUSIVE when it is shared.</summary>
+    public uint Events => Epoll.EPOLLIN | (Shared ? Epoll.EPOLLEXCLUSIVE : 0);
 
     public TaskCompletionSource Added { get; } = new(TaskCreationOptions.RunContinuationsAsynchronously);
 

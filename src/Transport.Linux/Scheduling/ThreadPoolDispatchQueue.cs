@@ -12,7 +12,7 @@ namespace Kestrel.Transport.Linux.Scheduling;
 /// work item). The same idea as Kestrel's IOQueue; one queue per event loop. Work the batch posts
 /// back to its loop wakes the loop once, when the batch ends.
 /// </summary>
-internal sealed class ThreadPoolDispatchQueue(EventLoop loop) : PipeScheduler, IThreadPoolWorkItem
+internal sealed class ThreadPoolDispatchQueue(EventLoop loop, LoopWakeup wakeup) : PipeScheduler, IThreadPoolWorkItem
 {
     /// <summary>A continuation running longer than this with work queued behind it gets help (1 ms).</summary>
     private static readonly long s_stallTicks = Stopwatch.Frequency / 1000;
@@ -113,7 +113,7 @@ internal sealed class ThreadPoolDispatchQueue(EventLoop loop) : PipeScheduler, I
         {
             // Queued behind a batch that may be blocked, by a thread that is neither the loop nor the
             // batch: make sure the loop polls, so that HelpIfStalled can see it.
-            loop.WakeIfNotPolling();
+            wakeup.WakeIfNotPolling();
         }
     }
 
@@ -223,7 +223,7 @@ internal sealed class ThreadPoolDispatchQueue(EventLoop loop) : PipeScheduler, I
             if (t_wakeDeferred)
             {
                 t_wakeDeferred = false;
-                loop.Wake();
+                wakeup.Wake();
             }
         }
     }

@@ -107,6 +107,6 @@ public sealed class MetricsTests
         await using var listener = await factory.BindAsync(new IPEndPoint(IPAddress.Loopback, 0));
 
         Assert.Equal(2, recorder.Sum("kestrel.transport.linux.aio.fallbacks"));
-        Assert.All(factory.Loops, loop => Assert.False(loop.UsesAio));
+        Assert.All(factory.Loops, loop => Assert.False(loop.Engine.UsesAio));
     }
 }

@@ -125,8 +125,8 @@ public static class Transports
         Assert.NotEmpty(loops);
         foreach (var loop in loops)
         {
-            Assert.Equal(kind == TransportKind.LinuxManaged ? "managed" : "native", loop.Engine.Name);
-            Assert.Equal(kind == TransportKind.LinuxAio, loop.UsesAio);
+            Assert.Equal(kind != TransportKind.LinuxManaged, loop.Engine.IsNative);
+            Assert.Equal(kind == TransportKind.LinuxAio, loop.Engine.UsesAio);
         }
     }
 }

@@ -1,6 +1,7 @@
 using System.Globalization;
 using System.Net;
 using Kestrel.Transport.Linux.Connection;
+using Kestrel.Transport.Linux.Engines;
 using Kestrel.Transport.Linux.Hosting;
 using Kestrel.Transport.Linux.Interop;
 using Kestrel.Transport.Linux.Tests.Infrastructure;
@@ -110,7 +111,7 @@ public sealed class RegistrationTests(ITestOutputHelper output)
     {
         foreach (var loop in factory.Loops)
         {
-            foreach (string line in File.ReadAllLines($"/proc/self/fdinfo/{loop.EpollFd}"))
+            foreach (string line in File.ReadAllLines($"/proc/self/fdinfo/{((EpollEngine)loop.Engine).EpollFd}"))
             {
                 string[] fields = line.Split(' ', StringSplitOptions.RemoveEmptyEntries);
                 if (fields is ["tfd:", var tfd, "events:", var events, ..] && int.Parse(tfd, CultureInfo.InvariantCulture) == fd)

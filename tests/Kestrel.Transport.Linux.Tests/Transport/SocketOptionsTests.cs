@@ -3,6 +3,7 @@ using System.Globalization;
 using System.Net;
 using Kestrel.Transport.Linux.Connection;
 using Kestrel.Transport.Linux.Diagnostics;
+using Kestrel.Transport.Linux.Engines;
 using Kestrel.Transport.Linux.Hosting;
 using Kestrel.Transport.Linux.Interop;
 using Kestrel.Transport.Linux.Tests.Infrastructure;
@@ -30,9 +31,9 @@ public sealed class SocketOptionsTests(ITestOutputHelper output)
         using var client = await TestSockets.ConnectAsync(listener.EndPoint);
         var connection = Assert.IsType<LinuxConnection>(await transport.AcceptAsync(listener));
 
-        Assert.Equal(0, Interop.Socket.GetOption(connection.Fd, Interop.Socket.IPPROTO_TCP, Interop.Socket.TCP_NOTSENT_LOWAT, out int lowAt));
+        Assert.False(Interop.Socket.GetOption(connection.Fd, Interop.Socket.IPPROTO_TCP, Interop.Socket.TCP_NOTSENT_LOWAT, out int lowAt).IsError);
         Assert.Equal(16384, lowAt);
-        Assert.Equal(0, Interop.Socket.GetOption(connection.Fd, Interop.Socket.SOL_SOCKET, Interop.Socket.SO_BUSY_POLL, out int busyPoll));
+        Assert.False(Interop.Socket.GetOption(connection.Fd, Interop.Socket.SOL_SOCKET, Interop.Socket.SO_BUSY_POLL, out int busyPoll).IsError);
         Assert.Equal(50, busyPoll);
 
         // TCP_QUICKACK reads back as the current quick-ack state; after data has been received the
@@ -40,7 +41,7 @@ public sealed class SocketOptionsTests(ITestOutputHelper output)
         await client.SendAllAsync("ping"u8.ToArray());
         var read = await connection.Transport.Input.ReadAsync().AsTask().WaitAsync(TestTimeouts.Default);
         connection.Transport.Input.AdvanceTo(read.Buffer.End);
-        Assert.Equal(0, Interop.Socket.GetOption(connection.Fd, Interop.Socket.IPPROTO_TCP, Interop.Socket.TCP_QUICKACK, out int quickAck));
+        Assert.False(Interop.Socket.GetOption(connection.Fd, Interop.Socket.IPPROTO_TCP, Interop.Socket.TCP_QUICKACK, out int quickAck).IsError);
         Assert.Equal(1, quickAck);
         await transport.StopAsync();
     }
@@ -55,9 +56,9 @@ public sealed class SocketOptionsTests(ITestOutputHelper output)
         var connection = Assert.IsType<LinuxConnection>(await transport.AcceptAsync(listener));
 
         // 0 is the socket's "not set": the system-wide net.ipv4.tcp_notsent_lowat applies.
-        Assert.Equal(0, Interop.Socket.GetOption(connection.Fd, Interop.Socket.IPPROTO_TCP, Interop.Socket.TCP_NOTSENT_LOWAT, out int lowAt));
+        Assert.False(Interop.Socket.GetOption(connection.Fd, Interop.Socket.IPPROTO_TCP, Interop.Socket.TCP_NOTSENT_LOWAT, out int lowAt).IsError);
         Assert.Equal(0, lowAt);
-        Assert.Equal(0, Interop.Socket.GetOption(connection.Fd, Interop.Socket.SOL_SOCKET, Interop.Socket.SO_BUSY_POLL, out int busyPoll));
+        Assert.False(Interop.Socket.GetOption(connection.Fd, Interop.Socket.SOL_SOCKET, Interop.Socket.SO_BUSY_POLL, out int busyPoll).IsError);
         Assert.Equal(0, busyPoll);
         await transport.StopAsync(expectRentals: false);
     }
@@ -104,8 +105,8 @@ public sealed class SocketOptionsTests(ITestOutputHelper output)
     [MemberData(nameof(Transports.LinuxOnly), MemberType = typeof(Transports))]
     public async Task CpuAffinity_pins_each_loop_thread_to_its_own_allowed_cpu(TransportKind kind)
     {
-        var allowed = Affinity.AllowedCpus(out int errno);
-        Assert.True(allowed.Count > 0, $"sched_getaffinity failed: {Errno.Describe(errno)}");
+        var allowed = Affinity.AllowedCpus(out var result);
+        Assert.True(allowed.Count > 0, $"sched_getaffinity failed: {result}");
         await using var transport = TestTransport.Create(kind, output, s =>
         {
             s.ThreadCount = 3;
@@ -177,7 +178,7 @@ public sealed class SocketOptionsTests(ITestOutputHelper output)
                 continue;
             }
 
-            Assert.Equal(0, Epoll.GetBusyPollParameters(loop.EpollFd, out ulong parameters));
+            Assert.False(Epoll.GetBusyPollParameters(((EpollEngine)loop.Engine).EpollFd, out ulong parameters).IsError);
             Assert.Equal(75u, (uint)(parameters & 0xFFFFFFFF));
         }
 

@@ -5,6 +5,7 @@ using System.Net;
 using System.Net.Sockets;
 using Kestrel.Transport.Linux.Connection;
 using Kestrel.Transport.Linux.Hosting;
+using Kestrel.Transport.Linux.Interop;
 using Kestrel.Transport.Linux.Tests.Infrastructure;
 using Microsoft.AspNetCore.Connections;
 using Microsoft.Extensions.DependencyInjection;
@@ -182,7 +183,7 @@ public sealed class ZeroCopyTests(ITestOutputHelper output)
         {
             File.WriteAllText(NetworkNamespace.OptmemMax, "0");
             var listener = server.Factory.BindAsync(new IPEndPoint(IPAddress.Loopback, 0)).AsTask().GetAwaiter().GetResult();
-            var client = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp);
+            var client = new System.Net.Sockets.Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp);
             client.Connect(listener.EndPoint);
             return (listener, client);
         }, out string namespaceId);
@@ -237,7 +238,7 @@ public sealed class ZeroCopyTests(ITestOutputHelper output)
 
         // Memory the pool did not lend is never sent zero-copy.
         Assert.False(sends.Stage(new ReadOnlySequence<byte>(new byte[64]), 64));
-        Assert.False(sends.Commit(64));
+        Assert.False(sends.Commit(SysResult.FromNative(64)));
 
         var blocks = new IMemoryOwner<byte>[3];
         for (int i = 0; i < blocks.Length; i++)
@@ -247,11 +248,11 @@ public sealed class ZeroCopyTests(ITestOutputHelper output)
             if (i == 1)
             {
                 // A call that failed took no id: the next one gets it.
-                Assert.True(sends.Commit(-11));
+                Assert.True(sends.Commit(SysResult.FromNative(-11)));
                 Assert.True(sends.Stage(new ReadOnlySequence<byte>(blocks[i].Memory), 64));
             }
 
-            Assert.True(sends.Commit(100));
+            Assert.True(sends.Commit(SysResult.FromNative(100)));
         }
 
         Assert.Equal(3, sends.InFlight);
@@ -276,7 +277,7 @@ public sealed class ZeroCopyTests(ITestOutputHelper output)
         // A block the kernel is done with stays the pipe's until the pipe lets go.
         var held = pool.Rent(DiagnosticMemoryPoolFactory.BlockSize);
         Assert.True(sends.Stage(new ReadOnlySequence<byte>(held.Memory), 64));
-        Assert.True(sends.Commit(1));
+        Assert.True(sends.Commit(SysResult.FromNative(1)));
         Assert.Equal(1, sends.Complete(1, 1, copied: false));
         Assert.Equal(1, pool.Outstanding);
         held.Dispose();

@@ -1,0 +1,160 @@
+using Microsoft.AspNetCore.Connections;
+
+namespace Kestrel.Transport.Linux.Connection;
+
+/// <summary>
+/// How a connection ends: a graceful end once both sides are done, an abort's reset, the socket's close
+/// (once, after the last zero-copy send unless it was reset), the ConnectionClosed token, and the moment the
+/// transport lets go of the pipes. Loop thread, except <see cref="SetAbortReason"/> and the ConnectionClosed
+/// callbacks (see <see cref="LinuxConnection"/>).
+/// </summary>
+internal sealed class ConnectionLifetime(LinuxConnection connection) : IDisposable
+{
+    // The ConnectionClosed callbacks against an output completion held back for them (SendSide.CompleteOutput):
+    // NotYet, then either Waiting (the send side holds it; the callbacks' thread posts back to the loop when
+    // they are done) or Done (they ran first; the send side completes at once). Only a held-back completion
+    // costs a post back to the loop.
+    private const int CallbacksNotYet = 0;
+    private const int CallbacksWaiting = 1;
+    private const int CallbacksDone = 2;
+
+    private readonly LinuxConnection _connection = connection;
+    private readonly CancellationTokenSource _connectionClosed = new();
+    private readonly TaskCompletionSource _released = new(TaskCreationOptions.RunContinuationsAsynchronously);
+    private ConnectionAbortedException? _abortReason;
+    private int _closedFired;
+    private int _callbacksState;
+    private bool _reset;
+    private bool _closeAwaitsZeroCopy;
+
+    public CancellationToken ConnectionClosed => _connectionClosed.Token;
+
+    /// <summary>Completes once the socket is closed and the transport has let go of both pipes.</summary>
+    public Task Released => _released.Task;
+
+    /// <summary>Why the connection was aborted, when it was.</summary>
+    public ConnectionAbortedException? AbortReason => Volatile.Read(ref _abortReason);
+
+    /// <summary>Any thread: keeps the first reason given.</summary>
+    public void SetAbortReason(ConnectionAbortedException? reason) => Interlocked.CompareExchange(ref _abortReason, reason, null);
+
+    /// <summary>The app disposed the connection: end both sides, gracefully where still possible.</summary>
+    public void EndGracefully()
+    {
+        // The app's writer is complete, so whatever is in flight on the send side (a pending read, a queued
+        // send, a wait for EPOLLOUT) runs to the end of the data and then ends it gracefully, as the Sockets
+        // transport drains before its DisposeAsync returns. A pending input flush completes because the app's
+        // reader is complete.
+        if (!_connection.Receive.FlushPending)
+        {
+            _connection.Receive.End(null);
+        }
+
+        MaybeClose();
+    }
+
+    /// <summary>Resets the connection (SO_LINGER 0, then close): the peer gets RST, the app's readers the reason.</summary>
+    public void Abort(ConnectionAbortedException? reason)
+    {
+        if (_connection.Socket.IsClosed)
+        {
+            return;
+        }
+
+        SetAbortReason(reason);
+        _reset = true;
+        _ = Interop.Socket.SetLingerZero(_connection.Socket.Value);
+        _connection.Receive.End(AbortReason);
+        _connection.Send.End(AbortReason, graceful: false);
+        Close();
+    }
+
+    /// <summary>Closes once both sides are done.</summary>
+    public void MaybeClose()
+    {
+        if (_connection.Receive.IsDone && _connection.Send.IsDone)
+        {
+            Close();
+        }
+    }
+
+    /// <summary>After the loop took zero-copy completions: a close that waited for the last of them happens now.</summary>
+    public void OnZeroCopyReaped()
+    {
+        if (_closeAwaitsZeroCopy && _connection.Send.ZeroCopy!.InFlight == 0)
+        {
+            _closeAwaitsZeroCopy = false;
+            Close();
+        }
+    }
+
+    /// <summary>Closes the socket exactly once, and reports the connection released once the pipes are released too.</summary>
+    private void Close()
+    {
+        var socket = _connection.Socket;
+        if (!socket.IsClosed)
+        {
+            if (_connection.Send.ZeroCopy is { InFlight: > 0 } && !_reset)
+            {
+                // The kernel still reads zero-copy sends from pool blocks, and their completions are lost with
+                // the fd: close once they are in (OnZeroCopyReaped). An abort resets instead.
+                _closeAwaitsZeroCopy = true;
+                return;
+            }
+
+            _connection.Loop.Unregister(_connection);
+            lock (_connection.Send.Lock)
+            {
+                // A pool thread that is sending holds the lock; once the fd is closed, none sends again.
+                socket.Dispose();
+            }
+
+            // A reset's close drops the socket's queued data, and the kernel's references to the blocks with it.
+            _connection.Send.ZeroCopy?.ReleaseAll();
+            FireConnectionClosed();
+        }
+
+        // A pending flush or read will report back on this loop (they were cancelled), and an output held back
+        // for the ConnectionClosed callbacks completes after them; the pipes' blocks go back to the pool when
+        // both sides are complete.
+        if (!_connection.Receive.FlushPending && !_connection.Send.ReadPending && !_connection.Send.OutputHeldBack)
+        {
+            _released.TrySetResult();
+        }
+    }
+
+    /// <summary>Fires ConnectionClosed once, on the thread pool: user callbacks must not run on the loop.</summary>
+    public void FireConnectionClosed()
+    {
+        if (Interlocked.Exchange(ref _closedFired, 1) != 0)
+        {
+            return;
+        }
+
+        ThreadPool.UnsafeQueueUserWorkItem(static lifetime =>
+        {
+            try
+            {
+                lifetime._connectionClosed.Cancel();
+            }
+            catch (ObjectDisposedException)
+            {
+            }
+
+            if (Interlocked.Exchange(ref lifetime._callbacksState, CallbacksDone) == CallbacksWaiting)
+            {
+                lifetime._connection.Loop.Post(static s => ((LinuxConnection)s!).Send.CompleteHeldOutput(), lifetime._connection);
+            }
+        }, this, preferLocal: false);
+    }
+
+    /// <summary>
+    /// True when the ConnectionClosed callbacks have not run yet: the caller holds its output completion back,
+    /// and the callbacks' thread has the loop complete it (<see cref="SendSide.CompleteHeldOutput"/>).
+    /// </summary>
+    public bool HoldUntilCallbacksRan()
+        => Interlocked.CompareExchange(ref _callbacksState, CallbacksWaiting, CallbacksNotYet) != CallbacksDone;
+
+    /// <summary>After <see cref="Released"/>: the token is no longer needed.</summary>
+    public void Dispose() => _connectionClosed.Dispose();
+}

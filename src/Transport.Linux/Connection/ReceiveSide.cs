@@ -1,0 +1,232 @@
+using System.IO.Pipelines;
+using Kestrel.Transport.Linux.Engines;
+using Kestrel.Transport.Linux.Interop;
+
+// The pipe's ValueTask is stored and read back in its completion callback, which only runs once it has
+// completed; CA2012 cannot see that.
+#pragma warning disable CA2012
+
+namespace Kestrel.Transport.Linux.Connection;
+
+/// <summary>
+/// A connection's receive side: the socket to the input pipe. The loop reads every readable socket in one
+/// batch per pass; this side says how much to read, writes what arrived into the pipe, and stops reading
+/// while the app has MaxReadBufferSize unread (backpressure). Loop thread only.
+/// </summary>
+internal sealed class ReceiveSide : IBatchOwner
+{
+    /// <summary>Reads ask for at least this much room: half a 4 KiB pool block, as Kestrel's Sockets transport.</summary>
+    private const int MinReadSize = 2048;
+
+    private readonly LinuxConnection _connection;
+    private readonly PipeWriter _input;
+    private readonly Action _onFlushed;
+    private readonly bool _quickAck;
+
+    private bool _readable;
+    private bool _peerHungUp;
+    private bool _queued;
+    private int _readSize = MinReadSize;
+    private ValueTask<FlushResult> _flush;
+    private Exception? _pendingError;
+
+    public ReceiveSide(LinuxConnection connection, PipeWriter input, bool quickAck)
+    {
+        _connection = connection;
+        _input = input;
+        _quickAck = quickAck;
+        _onFlushed = OnFlushed;
+    }
+
+    /// <summary>True once the input pipe's writer is complete, or about to be when a pending flush reports back.</summary>
+    public bool IsDone { get; private set; }
+
+    /// <summary>True while a flush waits for the app to read (backpressure); the pipe reports back on the loop.</summary>
+    public bool FlushPending { get; private set; }
+
+    /// <summary>The largest single read so far (diagnostics and tests).</summary>
+    public long LargestRead { get; private set; }
+
+    /// <summary>
+    /// epoll reported data, or the peer's FIN or an error (<paramref name="hungUp"/>), which a read reports in turn.
+    /// After a hang-up no further edge comes, so the side then reads until end of stream.
+    /// </summary>
+    public void OnReadable(bool hungUp)
+    {
+        _peerHungUp |= hungUp;
+        _readable = true;
+        Queue();
+    }
+
+    private void Queue()
+    {
+        if (_readable && !IsDone && !FlushPending && !_queued)
+        {
+            _queued = true;
+            _connection.Loop.QueueReceive(this);
+        }
+    }
+
+    public void AddTo(IoBatch batch)
+    {
+        _queued = false;
+        if (IsDone || FlushPending || _connection.Socket.IsClosed)
+        {
+            return;
+        }
+
+        batch.BeginOp(this, _connection.Socket.Value);
+        batch.AddBuffer(_input.GetMemory(_readSize));
+    }
+
+    public void Complete(SysResult result, long requested)
+    {
+        if (IsDone)
+        {
+            return;
+        }
+
+        if (result.IsError)
+        {
+            if (result.Is(Errno.EAGAIN))
+            {
+                _readable = false;
+            }
+            else
+            {
+                End(_connection.ErrorFor(result.Error, "recv"));
+            }
+
+            return;
+        }
+
+        long received = result.Value;
+        if (received == 0)
+        {
+            End(null);
+            return;
+        }
+
+        _input.Advance((int)received);
+        AdaptReadSize(received, requested);
+        if (_quickAck)
+        {
+            _ = Interop.Socket.SetOption(_connection.Socket.Value, Interop.Socket.IPPROTO_TCP, Interop.Socket.TCP_QUICKACK, 1);
+        }
+
+        // With edge-triggered epoll a short read means the socket is drained: any later arrival raises a
+        // new edge. After a hang-up there is no further edge, so read until end of stream.
+        if (received < requested && !_peerHungUp)
+        {
+            _readable = false;
+        }
+
+        Flush();
+    }
+
+    public void Fault(Exception error) => _connection.Fault(error);
+
+    /// <summary>
+    /// Ends the receive side: the input pipe's writer completes with <paramref name="error"/> (null: end of
+    /// stream), and the connection's ConnectionClosed token fires.
+    /// </summary>
+    public void End(Exception? error)
+    {
+        if (IsDone)
+        {
+            return;
+        }
+
+        IsDone = true;
+        if (FlushPending)
+        {
+            // Completing the writer under a pending flush would race the pipe's own callback: cancel the
+            // flush and complete when it reports back.
+            _pendingError = error;
+            _input.CancelPendingFlush();
+        }
+        else
+        {
+            _input.Complete(error);
+        }
+
+        _connection.Lifetime.FireConnectionClosed();
+        _connection.Lifetime.MaybeClose();
+    }
+
+    /// <summary>
+    /// Adapts the next read's size to what the socket delivers: a read that fills its buffer doubles the next
+    /// one (up to MaxBytesPerRead), so a large burst takes a few large reads instead of one per pool block; a
+    /// read that uses under a quarter of its buffer halves it, back down to a fraction of one pool block, so
+    /// small requests never reserve more.
+    /// </summary>
+    private void AdaptReadSize(long received, long requested)
+    {
+        if (received == requested)
+        {
+            _readSize = (int)Math.Min(_connection.Loop.Options.Tuning.MaxBytesPerRead, Math.Max(_readSize, requested) * 2);
+        }
+        else if (received < requested / 4 && _readSize > MinReadSize)
+        {
+            _readSize = Math.Max(MinReadSize, _readSize / 2);
+        }
+
+        if (received > LargestRead)
+        {
+            LargestRead = received;
+        }
+    }
+
+    private void Flush()
+    {
+        var flush = _input.FlushAsync();
+        if (flush.IsCompleted)
+        {
+            AfterFlush(flush.GetAwaiter().GetResult());
+        }
+        else
+        {
+            // Backpressure: the app has MaxReadBufferSize unread. Stop reading until it catches up.
+            FlushPending = true;
+            _flush = flush;
+            flush.GetAwaiter().UnsafeOnCompleted(_onFlushed);
+        }
+    }
+
+    /// <summary>A pending flush completed: on the loop (the input pipe's writer scheduler).</summary>
+    private void OnFlushed()
+    {
+        FlushPending = false;
+        var result = LinuxConnection.Outcome(_flush, out var error);
+        _flush = default;
+
+        if (IsDone)
+        {
+            // The side ended while the flush was pending; finish what End deferred.
+            _input.Complete(_pendingError);
+            _connection.Lifetime.MaybeClose();
+            return;
+        }
+
+        if (error is not null)
+        {
+            End(error);
+            return;
+        }
+
+        AfterFlush(result);
+    }
+
+    private void AfterFlush(FlushResult result)
+    {
+        if (result.IsCompleted || result.IsCanceled)
+        {
+            // The application completed its reader: it wants no more input.
+            End(null);
+        }
+        else
+        {
+            Queue();
+        }
+    }
+}

@@ -1,0 +1,82 @@
+using Kestrel.Transport.Linux.Interop;
+
+namespace Kestrel.Transport.Linux.Engines;
+
+/// <summary>The direction of a batch; the values are ktl.h's.</summary>
+internal enum IoDirection
+{
+    Receive = NativeEngine.Receive,
+    Send = NativeEngine.Send,
+}
+
+/// <summary>
+/// The side of a connection that an op of a batch belongs to: it adds its op when the loop builds the batch,
+/// and hears the op's result once the engine has performed it. Loop thread only.
+/// </summary>
+internal interface IBatchOwner
+{
+    /// <summary>Adds this owner's op to <paramref name="batch"/>, or nothing when it no longer has one to do.</summary>
+    void AddTo(IoBatch batch);
+
+    /// <summary>Bytes moved (0 is end of stream on a receive), or the error, for an op that asked for <paramref name="requested"/>.</summary>
+    void Complete(SysResult result, long requested);
+
+    /// <summary><see cref="Complete"/> threw: the owner resets its connection (never the loop).</summary>
+    void Fault(Exception error);
+}
+
+/// <summary>
+/// The kernel interface of one event loop, and the seam between the loop and a backend (<see cref="IoBackend"/>):
+/// it registers sockets, waits until some are ready, wakes a waiting loop from other threads, and performs a
+/// pass's batch of receives or sends. The loop and the connections know only this class. Owned and used by
+/// one loop thread, except <see cref="Signal"/>, which any thread may call.
+/// </summary>
+internal abstract class IoEngine : IDisposable
+{
+    /// <summary>The backend as the loop's start-up log names it, for example "epoll, native".</summary>
+    public abstract string Name { get; }
+
+    /// <summary>True when batches go through libktl_native.so; false on the managed P/Invoke path.</summary>
+    public abstract bool IsNative { get; }
+
+    /// <summary>True when batches go to the kernel as one Linux AIO io_submit.</summary>
+    public abstract bool UsesAio { get; }
+
+    /// <summary>The number of events <see cref="Wait"/> may return at once.</summary>
+    public abstract int MaxEvents { get; }
+
+    /// <summary>Starts watching <paramref name="fd"/> for <paramref name="events"/> (epoll(7) bits), reporting them for <paramref name="owner"/>.</summary>
+    public abstract SysResult Register(int fd, object owner, uint events);
+
+    /// <summary>Changes what a registered fd is watched for; 0 stops watching it until a later call names its events again.</summary>
+    public abstract SysResult Modify(int fd, uint events);
+
+    /// <summary>
+    /// Forgets <paramref name="fd"/> if <paramref name="owner"/> registered it. <paramref name="stillOpen"/> says the fd
+    /// stays open (a listener another loop still polls), so the kernel must be told too; a closed fd drops out by itself.
+    /// </summary>
+    public abstract void Unregister(int fd, object owner, bool stillOpen);
+
+    /// <summary>
+    /// Blocks until something is ready, <see cref="Signal"/> is called, or <paramref name="timeoutMs"/> passes (-1:
+    /// no limit; 0: only looks). Returns how many events <see cref="OwnerAt"/> and <see cref="EventsAt"/> describe.
+    /// </summary>
+    public abstract int Wait(int timeoutMs);
+
+    /// <summary>Who registered the fd of the <paramref name="index"/>-th event of the last <see cref="Wait"/>; null for the wake-up itself.</summary>
+    public abstract object? OwnerAt(int index);
+
+    /// <summary>The epoll(7) bits of the <paramref name="index"/>-th event of the last <see cref="Wait"/>.</summary>
+    public abstract uint EventsAt(int index);
+
+    /// <summary>Any thread: makes the current or next <see cref="Wait"/> return.</summary>
+    public abstract void Signal();
+
+    /// <summary>Performs every op of <paramref name="batch"/> and stores each one's result in it.</summary>
+    public abstract void Execute(IoBatch batch, IoDirection direction);
+
+    /// <summary>Busy polling for an idle <see cref="Wait"/> (BusyPollMicroseconds), where the backend has it.</summary>
+    public abstract SysResult SetBusyPoll(uint microseconds);
+
+    public abstract void Dispose();
+}

@@ -1,0 +1,158 @@
+using System.Net;
+using Kestrel.Transport.Linux.Connection;
+using Kestrel.Transport.Linux.Diagnostics;
+using Kestrel.Transport.Linux.Interop;
+using Kestrel.Transport.Linux.Loop;
+using Microsoft.AspNetCore.Connections;
+
+namespace Kestrel.Transport.Linux.Listening;
+
+/// <summary>
+/// One loop's listening sockets: it accepts what epoll reports on them, makes each new socket a connection of
+/// the loop, and backs a listener off (doubling up to a second) when accept fails for want of resources, so a
+/// level-triggered listener cannot spin the loop. Loop thread only.
+/// </summary>
+internal sealed class Acceptor(EventLoop loop, AcceptedSocketOptions socketOptions)
+{
+    /// <summary>At most this many accepts per event, so a connect storm cannot keep the loop from its sockets.</summary>
+    private const int MaxAcceptsPerEvent = 64;
+
+    private readonly List<ListenRegistration> _listeners = [];
+    private readonly List<ListenRegistration> _backedOff = [];
+
+    /// <summary>How many listeners this loop polls.</summary>
+    public int Count => _listeners.Count;
+
+    /// <summary>Milliseconds until the next backed-off listener is due again; -1 when none waits.</summary>
+    public int MillisecondsToNextRetry
+        => _backedOff.Count == 0 ? -1 : (int)Math.Clamp(_backedOff.Min(static r => r.RetryAt) - Environment.TickCount64, 0, 1000);
+
+    public void Add(ListenRegistration registration)
+    {
+        _listeners.Add(registration);
+        var result = loop.Engine.Register(registration.Fd, registration, registration.Events);
+        if (result.IsError)
+        {
+            TransportLog.ListenerRegistrationFailed(loop.Logger, loop.Index, registration.Listener.EndPoint, Errno.Describe(result.Error));
+        }
+
+        registration.Added.TrySetResult();
+    }
+
+    public void Remove(ListenRegistration registration)
+    {
+        if (_listeners.Remove(registration))
+        {
+            // The fd stays open until every loop has let go of it (LinuxConnectionListener closes it).
+            loop.Engine.Unregister(registration.Fd, registration, stillOpen: true);
+        }
+
+        registration.Removed.TrySetResult();
+    }
+
+    /// <summary>The loop is gone: whoever waits on a registration stops waiting.</summary>
+    public void ReleaseAll()
+    {
+        foreach (var registration in _listeners)
+        {
+            registration.Added.TrySetResult();
+            registration.Removed.TrySetResult();
+        }
+
+        _listeners.Clear();
+        _backedOff.Clear();
+    }
+
+    /// <summary>epoll reported the listener readable: accept what is queued, up to <see cref="MaxAcceptsPerEvent"/>.</summary>
+    public void Accept(ListenRegistration registration)
+    {
+        Span<byte> address = stackalloc byte[SockAddr.MaxLength];
+        for (int i = 0; i < MaxAcceptsPerEvent; i++)
+        {
+            var accepted = Interop.Socket.Accept(registration.Fd, address, out int addressLength);
+            if (!accepted.IsError)
+            {
+                AcceptOne(registration, new OwnedFd((int)accepted.Value), address[..addressLength]);
+                continue;
+            }
+
+            switch (accepted.Error)
+            {
+                case Errno.EAGAIN:
+                    return;
+                case Errno.EINTR:
+                case Errno.ECONNABORTED:
+                    // The peer gave up before we took it (accept(2)); the next one may be fine.
+                    continue;
+                default:
+                    // EMFILE, ENFILE, ENOBUFS, ENOMEM, EPERM...: never fatal. Stop polling this listener for a
+                    // while: level-triggered, it would otherwise spin the loop.
+                    registration.BackOff();
+                    loop.Metrics.AcceptErrors.Add(1, TransportMetrics.ErrnoTag(Errno.Name(accepted.Error)));
+                    TransportLog.AcceptFailed(loop.Logger, loop.Index, registration.Listener.EndPoint, Errno.Describe(accepted.Error), registration.BackoffMs);
+                    _ = loop.Engine.Modify(registration.Fd, 0);
+                    _backedOff.Add(registration);
+                    return;
+            }
+        }
+    }
+
+    /// <summary>Every pass: listeners whose backoff has passed are polled again.</summary>
+    public void RetryBackedOff()
+    {
+        if (_backedOff.Count == 0)
+        {
+            return;
+        }
+
+        long now = Environment.TickCount64;
+        for (int i = _backedOff.Count - 1; i >= 0; i--)
+        {
+            var registration = _backedOff[i];
+            if (!_listeners.Contains(registration))
+            {
+                _backedOff.RemoveAt(i);
+            }
+            else if (registration.RetryAt <= now)
+            {
+                _backedOff.RemoveAt(i);
+                _ = loop.Engine.Modify(registration.Fd, registration.Events);
+            }
+        }
+    }
+
+    private void AcceptOne(ListenRegistration registration, OwnedFd socket, ReadOnlySpan<byte> address)
+    {
+        LinuxConnection? connection = null;
+        try
+        {
+            var remote = SockAddr.Parse(address);
+            if (remote is IPEndPoint)
+            {
+                socketOptions.Apply(socket.Value);
+            }
+
+            var local = Interop.Socket.GetLocalEndPoint(socket.Value) ?? registration.Listener.EndPoint;
+            connection = new LinuxConnection(loop, socket, local, remote);
+            registration.ResetBackoff();
+            loop.Register(connection);
+            connection.Start();
+            if (!registration.Listener.Offer(connection))
+            {
+                connection.Lifetime.Abort(new ConnectionAbortedException("The listener was unbound."));
+            }
+        }
+        catch (Exception e)
+        {
+            if (connection is null)
+            {
+                TransportLog.ConnectionFault(loop.Logger, "(accepting)", e);
+                socket.Dispose();
+            }
+            else
+            {
+                connection.Fault(e);
+            }
+        }
+    }
+}
