@@ -6,6 +6,7 @@ using System.Net.Sockets;
 using System.Security.Cryptography;
 using System.Text;
 using System.Text.Json;
+using HdrHistogram;
 using RawHttp;
 
 namespace Soak;
@@ -39,6 +40,8 @@ public sealed class SoakClient
     private static readonly TimeSpan s_warmupLimit = TimeSpan.FromSeconds(60);
     private static readonly TimeSpan s_smallTimeout = TimeSpan.FromSeconds(30);
     private static readonly TimeSpan s_largeTimeout = TimeSpan.FromSeconds(120);
+    // No step outlives its deadline by much; a slower one is clamped to this rather than lost.
+    private static readonly long s_maxLatencyUs = (long)(2 * s_largeTimeout).TotalMicroseconds;
     private static readonly TimeSpan s_pace = TimeSpan.FromMilliseconds(10);
     private static readonly byte[] s_plaintext = "GET /plaintext HTTP/1.1\r\nHost: soak\r\n\r\n"u8.ToArray();
     private static readonly byte[] s_plaintextClose = "GET /plaintext HTTP/1.1\r\nHost: soak\r\nConnection: close\r\n\r\n"u8.ToArray();
@@ -52,6 +55,8 @@ public sealed class SoakClient
     private readonly ConcurrentDictionary<string, long> _errorKinds = new();
     private readonly ConcurrentDictionary<string, long> _expectedKinds = new();
     private readonly ConcurrentDictionary<string, long> _okKinds = new();
+    private readonly ConcurrentDictionary<string, LongConcurrentHistogram> _latencies = new();
+    private bool _measuring;
     private long _requests;
     private long _errors;
     private long _expected;
@@ -153,6 +158,7 @@ public sealed class SoakClient
             await Task.Delay(pause, CancellationToken.None);
         }
 
+        Volatile.Write(ref _measuring, true);
         var warm = await SampleAsync("warm", warmAt);
         var serverGone = warm is null;
         await WriteAsync(csv, warm);
@@ -178,6 +184,7 @@ public sealed class SoakClient
             }
         }
 
+        Volatile.Write(ref _measuring, false);
         await stop.CancelAsync();
         if (await Task.WhenAny(Task.WhenAll(workers), Task.Delay(TimeSpan.FromSeconds(60), CancellationToken.None)) is not Task<Task[]> and var finished
             && !finished.IsCompleted)
@@ -216,10 +223,17 @@ public sealed class SoakClient
             ["expected_kinds"] = new SortedDictionary<string, long>(_expectedKinds),
             ["first_errors"] = _errorMessages.ToArray(),
             ["server_gone"] = serverGone,
+            ["latency_us"] = LatencySummary(),
         };
         await File.WriteAllTextAsync(jsonPath, JsonSerializer.Serialize(summary, SoakJsonContext.Default.DictionaryStringObject));
         Console.WriteLine(string.Create(CultureInfo.InvariantCulture,
             $"soak client: {summary["requests"]} requests, {summary["errors"]} errors, {summary["expected"]} expected closes/aborts, {summary["body_mb"]} MiB of bodies verified"));
+        foreach (var (kind, latency) in (SortedDictionary<string, SortedDictionary<string, long>>)summary["latency_us"])
+        {
+            Console.WriteLine(string.Create(CultureInfo.InvariantCulture,
+                $"soak client: {kind} latency p50 {latency["p50"]} µs, p99 {latency["p99"]} µs, p99.9 {latency["p99_9"]} µs, max {latency["max"]} µs ({latency["count"]} measured)"));
+        }
+
         return 0;
     }
 
@@ -279,6 +293,7 @@ public sealed class SoakClient
 
     private async Task KeepAliveAsync(Random random, WorkerState state)
     {
+        var started = Stopwatch.GetTimestamp();
         using var deadline = Deadline(s_smallTimeout);
         var token = deadline.Token;
         state.Connection ??= await ConnectAsync(_endPoint, token);
@@ -287,13 +302,13 @@ public sealed class SoakClient
         {
             state.Operation = "GET /plaintext";
             close = await PlaintextAsync(state.Connection, s_plaintext, token);
-            Ok("keepalive-plaintext");
+            Ok("keepalive-plaintext", started);
         }
         else
         {
             state.Operation = "POST /echo (small)";
             close = await EchoAsync(state.Connection, NextSeed(random), random.Next(16, 4097), token);
-            Ok("keepalive-echo");
+            Ok("keepalive-echo", started);
         }
 
         if (close)
@@ -304,6 +319,7 @@ public sealed class SoakClient
 
     private async Task ChurnAsync(Random random, WorkerState state)
     {
+        var started = Stopwatch.GetTimestamp();
         using var deadline = Deadline(s_smallTimeout);
         var token = deadline.Token;
         state.Operation = "connect";
@@ -320,12 +336,13 @@ public sealed class SoakClient
             throw new SoakException("status", "bytes after a Connection: close response");
         }
 
-        Ok("churn-plaintext");
+        Ok("churn-plaintext", started);
         state.Drop();
     }
 
     private async Task LargeAsync(Random random, WorkerState state)
     {
+        var started = Stopwatch.GetTimestamp();
         using var deadline = Deadline(s_largeTimeout);
         var token = deadline.Token;
         state.Connection ??= await ConnectAsync(_endPoint, token);
@@ -352,7 +369,7 @@ public sealed class SoakClient
                 break;
         }
 
-        Ok(kind);
+        Ok(kind, started);
         Interlocked.Add(ref _bodyBytes, size);
         if (close)
         {
@@ -649,11 +666,33 @@ public sealed class SoakClient
 
     // ---- counters -----------------------------------------------------------------------------------
 
-    private void Ok(string kind)
+    /// <summary>Counts a completed request of <paramref name="kind"/>, and in the measured window its latency from <paramref name="started"/>.</summary>
+    private void Ok(string kind, long started)
     {
         Interlocked.Increment(ref _requests);
         _okKinds.AddOrUpdate(kind, 1, (_, n) => n + 1);
+        if (Volatile.Read(ref _measuring))
+        {
+            var us = (long)Stopwatch.GetElapsedTime(started).TotalMicroseconds;
+            _latencies.GetOrAdd(kind, static _ => new LongConcurrentHistogram(1, s_maxLatencyUs, 3))
+                .RecordValue(Math.Clamp(us, 1, s_maxLatencyUs));
+        }
     }
+
+    /// <summary>
+    /// Per kind of request, the latency from the start of its step (connecting, for churn) to its response
+    /// read and checked, in µs to HdrHistogram's 3 significant digits. It is a closed-loop client's view on a
+    /// shared CPU, so it shows queueing in the client as much as in the server: a trend to compare, not a bound.
+    /// </summary>
+    private SortedDictionary<string, SortedDictionary<string, long>> LatencySummary() =>
+        new(_latencies.ToDictionary(k => k.Key, k => new SortedDictionary<string, long>(StringComparer.Ordinal)
+        {
+            ["count"] = k.Value.TotalCount,
+            ["p50"] = k.Value.GetValueAtPercentile(50),
+            ["p99"] = k.Value.GetValueAtPercentile(99),
+            ["p99_9"] = k.Value.GetValueAtPercentile(99.9),
+            ["max"] = k.Value.GetMaxValue(),
+        }), StringComparer.Ordinal);
 
     private void Expected(string kind)
     {
