@@ -74,13 +74,13 @@ public sealed class HostTests : IAsyncLifetime
     public async Task Keep_alive_serves_several_requests_on_one_connection()
     {
         using var client = await ConnectAsync();
-        var reader = new ResponseReader(client);
+        var reader = new RawHttpConnection(client);
         for (int i = 0; i < 5; i++)
         {
             await client.SendAsync(Encoding.ASCII.GetBytes($"GET /k{i} HTTP/1.1\r\nHost: test\r\n\r\n"));
-            var (status, body) = await reader.ReadAsync().WaitAsync(s_timeout);
-            Assert.Equal(200, status);
-            Assert.Equal($"Hello, World! /k{i}", body);
+            var response = await reader.ReadResponseAsync(s_timeout);
+            Assert.Equal(200, response.StatusCode);
+            Assert.Equal($"Hello, World! /k{i}", response.BodyText);
         }
     }
 
@@ -96,12 +96,12 @@ public sealed class HostTests : IAsyncLifetime
 
         // One write, as TechEmpower's plaintext clients send them.
         await client.SendAsync(Encoding.ASCII.GetBytes(requests.ToString()));
-        var reader = new ResponseReader(client);
+        var reader = new RawHttpConnection(client);
         for (int i = 0; i < 16; i++)
         {
-            var (status, body) = await reader.ReadAsync().WaitAsync(s_timeout);
-            Assert.Equal(200, status);
-            Assert.Equal($"Hello, World! /p{i}", body);
+            var response = await reader.ReadResponseAsync(s_timeout);
+            Assert.Equal(200, response.StatusCode);
+            Assert.Equal($"Hello, World! /p{i}", response.BodyText);
         }
     }
 
@@ -131,7 +131,7 @@ public sealed class HostTests : IAsyncLifetime
         // An idle keep-alive connection is still open when the host stops.
         using var client = await ConnectAsync();
         await client.SendAsync(Encoding.ASCII.GetBytes("GET / HTTP/1.1\r\nHost: test\r\n\r\n"));
-        await new ResponseReader(client).ReadAsync().WaitAsync(s_timeout);
+        await new RawHttpConnection(client).ReadResponseAsync(s_timeout);
 
         await _app.StopAsync().WaitAsync(s_timeout);
         await _app.DisposeAsync().AsTask().WaitAsync(s_timeout);
@@ -145,61 +145,5 @@ public sealed class HostTests : IAsyncLifetime
         var socket = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp);
         await socket.ConnectAsync(_endPoint);
         return socket;
-    }
-
-    /// <summary>Reads HTTP/1.1 responses framed by Content-Length off one socket.</summary>
-    private sealed class ResponseReader(Socket socket)
-    {
-        private readonly List<byte> _buffered = [];
-
-        public async Task<(int Status, string Body)> ReadAsync()
-        {
-            int headerEnd;
-            while ((headerEnd = IndexOfHeaderEnd()) < 0)
-            {
-                await FillAsync();
-            }
-
-            string head = Encoding.ASCII.GetString(_buffered.GetRange(0, headerEnd).ToArray());
-            int status = int.Parse(head.Split(' ')[1], System.Globalization.CultureInfo.InvariantCulture);
-            int length = head.Split("\r\n")
-                .Where(static l => l.StartsWith("Content-Length:", StringComparison.OrdinalIgnoreCase))
-                .Select(static l => int.Parse(l["Content-Length:".Length..].Trim(), System.Globalization.CultureInfo.InvariantCulture))
-                .Single();
-            int total = headerEnd + 4 + length;
-            while (_buffered.Count < total)
-            {
-                await FillAsync();
-            }
-
-            string body = Encoding.UTF8.GetString(_buffered.GetRange(headerEnd + 4, length).ToArray());
-            _buffered.RemoveRange(0, total);
-            return (status, body);
-        }
-
-        private int IndexOfHeaderEnd()
-        {
-            for (int i = 0; i + 3 < _buffered.Count; i++)
-            {
-                if (_buffered[i] == '\r' && _buffered[i + 1] == '\n' && _buffered[i + 2] == '\r' && _buffered[i + 3] == '\n')
-                {
-                    return i;
-                }
-            }
-
-            return -1;
-        }
-
-        private async Task FillAsync()
-        {
-            byte[] chunk = new byte[8192];
-            int n = await socket.ReceiveAsync(chunk);
-            if (n == 0)
-            {
-                throw new EndOfStreamException("The server closed the connection mid-response.");
-            }
-
-            _buffered.AddRange(chunk.AsSpan(0, n));
-        }
     }
 }

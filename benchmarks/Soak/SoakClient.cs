@@ -6,6 +6,8 @@ using System.Net.Sockets;
 using System.Security.Cryptography;
 using System.Text;
 using System.Text.Json;
+using HdrHistogram;
+using RawHttp;
 
 namespace Soak;
 
@@ -32,11 +34,14 @@ public sealed class SoakClient
     private const int ChurnWorkers = 4;
     private const int LargeWorkers = 2;
     private const int MiB = 1024 * 1024;
+    private const int MaxHead = 64 * 1024;
     private const long WarmupRequests = 20_000;
     private const long WarmupBodyBytes = 2048L * MiB;
     private static readonly TimeSpan s_warmupLimit = TimeSpan.FromSeconds(60);
     private static readonly TimeSpan s_smallTimeout = TimeSpan.FromSeconds(30);
     private static readonly TimeSpan s_largeTimeout = TimeSpan.FromSeconds(120);
+    // No step outlives its deadline by much; a slower one is clamped to this rather than lost.
+    private static readonly long s_maxLatencyUs = (long)(2 * s_largeTimeout).TotalMicroseconds;
     private static readonly TimeSpan s_pace = TimeSpan.FromMilliseconds(10);
     private static readonly byte[] s_plaintext = "GET /plaintext HTTP/1.1\r\nHost: soak\r\n\r\n"u8.ToArray();
     private static readonly byte[] s_plaintextClose = "GET /plaintext HTTP/1.1\r\nHost: soak\r\nConnection: close\r\n\r\n"u8.ToArray();
@@ -50,6 +55,8 @@ public sealed class SoakClient
     private readonly ConcurrentDictionary<string, long> _errorKinds = new();
     private readonly ConcurrentDictionary<string, long> _expectedKinds = new();
     private readonly ConcurrentDictionary<string, long> _okKinds = new();
+    private readonly ConcurrentDictionary<string, LongConcurrentHistogram> _latencies = new();
+    private bool _measuring;
     private long _requests;
     private long _errors;
     private long _expected;
@@ -151,6 +158,7 @@ public sealed class SoakClient
             await Task.Delay(pause, CancellationToken.None);
         }
 
+        Volatile.Write(ref _measuring, true);
         var warm = await SampleAsync("warm", warmAt);
         var serverGone = warm is null;
         await WriteAsync(csv, warm);
@@ -176,6 +184,7 @@ public sealed class SoakClient
             }
         }
 
+        Volatile.Write(ref _measuring, false);
         await stop.CancelAsync();
         if (await Task.WhenAny(Task.WhenAll(workers), Task.Delay(TimeSpan.FromSeconds(60), CancellationToken.None)) is not Task<Task[]> and var finished
             && !finished.IsCompleted)
@@ -214,10 +223,17 @@ public sealed class SoakClient
             ["expected_kinds"] = new SortedDictionary<string, long>(_expectedKinds),
             ["first_errors"] = _errorMessages.ToArray(),
             ["server_gone"] = serverGone,
+            ["latency_us"] = LatencySummary(),
         };
         await File.WriteAllTextAsync(jsonPath, JsonSerializer.Serialize(summary, SoakJsonContext.Default.DictionaryStringObject));
         Console.WriteLine(string.Create(CultureInfo.InvariantCulture,
             $"soak client: {summary["requests"]} requests, {summary["errors"]} errors, {summary["expected"]} expected closes/aborts, {summary["body_mb"]} MiB of bodies verified"));
+        foreach (var (kind, latency) in (SortedDictionary<string, SortedDictionary<string, long>>)summary["latency_us"])
+        {
+            Console.WriteLine(string.Create(CultureInfo.InvariantCulture,
+                $"soak client: {kind} latency p50 {latency["p50"]} µs, p99 {latency["p99"]} µs, p99.9 {latency["p99_9"]} µs, max {latency["max"]} µs ({latency["count"]} measured)"));
+        }
+
         return 0;
     }
 
@@ -277,21 +293,22 @@ public sealed class SoakClient
 
     private async Task KeepAliveAsync(Random random, WorkerState state)
     {
+        var started = Stopwatch.GetTimestamp();
         using var deadline = Deadline(s_smallTimeout);
         var token = deadline.Token;
-        state.Connection ??= await RawHttpConnection.ConnectAsync(_endPoint, token);
+        state.Connection ??= await ConnectAsync(_endPoint, token);
         bool close;
         if (random.Next(100) < 85)
         {
             state.Operation = "GET /plaintext";
             close = await PlaintextAsync(state.Connection, s_plaintext, token);
-            Ok("keepalive-plaintext");
+            Ok("keepalive-plaintext", started);
         }
         else
         {
             state.Operation = "POST /echo (small)";
             close = await EchoAsync(state.Connection, NextSeed(random), random.Next(16, 4097), token);
-            Ok("keepalive-echo");
+            Ok("keepalive-echo", started);
         }
 
         if (close)
@@ -302,10 +319,11 @@ public sealed class SoakClient
 
     private async Task ChurnAsync(Random random, WorkerState state)
     {
+        var started = Stopwatch.GetTimestamp();
         using var deadline = Deadline(s_smallTimeout);
         var token = deadline.Token;
         state.Operation = "connect";
-        state.Connection = await RawHttpConnection.ConnectAsync(_endPoint, token);
+        state.Connection = await ConnectAsync(_endPoint, token);
         state.Operation = "GET /plaintext, Connection: close";
         if (!await PlaintextAsync(state.Connection, s_plaintextClose, token))
         {
@@ -313,20 +331,21 @@ public sealed class SoakClient
         }
 
         // Half the time wait for the server's close, half the time close first.
-        if (random.Next(2) == 0 && !await state.Connection.ReadsEndAsync(token))
+        if (random.Next(2) == 0 && !await ServerClosedAsync(state.Connection, token))
         {
             throw new SoakException("status", "bytes after a Connection: close response");
         }
 
-        Ok("churn-plaintext");
+        Ok("churn-plaintext", started);
         state.Drop();
     }
 
     private async Task LargeAsync(Random random, WorkerState state)
     {
+        var started = Stopwatch.GetTimestamp();
         using var deadline = Deadline(s_largeTimeout);
         var token = deadline.Token;
-        state.Connection ??= await RawHttpConnection.ConnectAsync(_endPoint, token);
+        state.Connection ??= await ConnectAsync(_endPoint, token);
         var size = (long)random.Next(1, 9) * MiB + random.Next(0, 65536);
         var seed = NextSeed(random);
         bool close;
@@ -350,7 +369,7 @@ public sealed class SoakClient
                 break;
         }
 
-        Ok(kind);
+        Ok(kind, started);
         Interlocked.Add(ref _bodyBytes, size);
         if (close)
         {
@@ -364,7 +383,7 @@ public sealed class SoakClient
         using var deadline = Deadline(s_smallTimeout);
         var token = deadline.Token;
         state.Operation = "connect";
-        var connection = state.Connection = await RawHttpConnection.ConnectAsync(_endPoint, token);
+        var connection = state.Connection = await ConnectAsync(_endPoint, token);
         string kind;
         switch (state.Step++ % 4)
         {
@@ -372,7 +391,7 @@ public sealed class SoakClient
                 kind = "abort-upload-body";
                 state.Operation = kind;
                 await connection.SendAsync("POST /upload HTTP/1.1\r\nHost: soak\r\nContent-Length: 4194304\r\n\r\n", token);
-                await connection.SendPayloadAsync(NextSeed(random), random.Next(0, MiB), token);
+                await SendPayloadAsync(connection, NextSeed(random), random.Next(0, MiB), token);
                 break;
             case 1:
                 kind = "abort-download-body";
@@ -390,7 +409,7 @@ public sealed class SoakClient
                 kind = "abort-echo";
                 state.Operation = kind;
                 await connection.SendAsync($"POST /echo HTTP/1.1\r\nHost: soak\r\nContent-Length: {2 * MiB}\r\n\r\n", token);
-                await connection.SendPayloadAsync(NextSeed(random), 256 * 1024, token);
+                await SendPayloadAsync(connection, NextSeed(random), 256 * 1024, token);
                 await ExpectStatusAsync(connection, 200, token);
                 await connection.SkipAsync(random.Next(0, 128 * 1024), token);
                 break;
@@ -428,7 +447,7 @@ public sealed class SoakClient
         var token = deadline.Token;
         var (name, bytes) = s_badInputs[state.Step++ % s_badInputs.Length];
         state.Operation = $"bad input '{name}'";
-        var connection = state.Connection = await RawHttpConnection.ConnectAsync(_endPoint, token);
+        var connection = state.Connection = await ConnectAsync(_endPoint, token);
         try
         {
             await connection.SendAsync(bytes(random), token);
@@ -450,18 +469,18 @@ public sealed class SoakClient
 
         if (head is { } h)
         {
-            if (h.Status is < 400 or >= 500)
+            if (h.StatusCode is < 400 or >= 500)
             {
-                throw new SoakException("status", $"bad input '{name}' answered with {h.Status}");
+                throw new SoakException("status", $"bad input '{name}' answered with {h.StatusCode}");
             }
 
             // A 4xx to bad input ends the connection.
-            if (!await connection.ReadsEndAsync(token) && !await SkipsToEndAsync(connection, h, token))
+            if (!await ServerClosedAsync(connection, token) && !await SkipsToEndAsync(connection, h, token))
             {
-                throw new SoakException("status", $"bad input '{name}': the connection stayed open after {h.Status}");
+                throw new SoakException("status", $"bad input '{name}': the connection stayed open after {h.StatusCode}");
             }
 
-            Expected($"input-{name}-{h.Status}");
+            Expected($"input-{name}-{h.StatusCode}");
         }
         else
         {
@@ -471,12 +490,44 @@ public sealed class SoakClient
         state.Drop();
     }
 
+    /// <summary>Connects with a 64 KiB buffer that never grows: large bodies stream through it, and a longer head is an error.</summary>
+    private static async Task<RawHttpConnection> ConnectAsync(EndPoint endPoint, CancellationToken token) =>
+        new(await ClientSocket.ConnectAsync(endPoint, token), MaxHead, MaxHead);
+
+    /// <summary>Sends <paramref name="length"/> bytes of <see cref="Payload"/>(seed), hashing them.</summary>
+    private static async Task<byte[]> SendPayloadAsync(RawHttpConnection connection, ulong seed, long length, CancellationToken token)
+    {
+        using var hash = IncrementalHash.CreateHash(HashAlgorithmName.SHA256);
+        foreach (var chunk in PayloadChunks(seed, length, hash))
+        {
+            await connection.SendAsync(chunk, token);
+        }
+
+        return hash.GetHashAndReset();
+    }
+
+    /// <summary>
+    /// True when the server closed the connection with no further bytes. Any socket error counts as that
+    /// close here: the soak counts whether a connection ended, not how (the tests insist on FIN or RST).
+    /// </summary>
+    private static async Task<bool> ServerClosedAsync(RawHttpConnection connection, CancellationToken token)
+    {
+        try
+        {
+            return await connection.ReadEndAsync(token);
+        }
+        catch (SocketException)
+        {
+            return true;
+        }
+    }
+
     private static async Task<bool> SkipsToEndAsync(RawHttpConnection connection, ResponseHead head, CancellationToken token)
     {
         try
         {
             await connection.ReadBodyAsync(head, null, token);
-            return await connection.ReadsEndAsync(token);
+            return await ServerClosedAsync(connection, token);
         }
         catch (Exception e) when (e is IOException or SocketException)
         {
@@ -493,14 +544,14 @@ public sealed class SoakClient
         using var hash = IncrementalHash.CreateHash(HashAlgorithmName.SHA256);
         await connection.ReadBodyAsync(head, hash.AppendData, token);
         CheckHash(s_helloHash, hash.GetHashAndReset(), "/plaintext body");
-        return head.Close;
+        return head.ConnectionClose;
     }
 
     private static async Task<bool> EchoAsync(RawHttpConnection connection, ulong seed, long size, CancellationToken token)
     {
         await connection.SendAsync($"POST /echo HTTP/1.1\r\nHost: soak\r\nContent-Length: {size}\r\n\r\n", token);
         // Full duplex: the server echoes while the body is still arriving.
-        var send = connection.SendPayloadAsync(seed, size, token);
+        var send = SendPayloadAsync(connection, seed, size, token);
         try
         {
             var head = await ExpectStatusAsync(connection, 200, token);
@@ -513,7 +564,7 @@ public sealed class SoakClient
             }
 
             CheckHash(sent, hash.GetHashAndReset(), $"/echo of {size} bytes");
-            return head.Close;
+            return head.ConnectionClose;
         }
         finally
         {
@@ -524,7 +575,7 @@ public sealed class SoakClient
     private static async Task<bool> UploadAsync(RawHttpConnection connection, ulong seed, long size, CancellationToken token)
     {
         await connection.SendAsync($"POST /upload HTTP/1.1\r\nHost: soak\r\nContent-Length: {size}\r\n\r\n", token);
-        var sent = await connection.SendPayloadAsync(seed, size, token);
+        var sent = await SendPayloadAsync(connection, seed, size, token);
         var head = await ExpectStatusAsync(connection, 200, token);
         using var body = new MemoryStream();
         await connection.ReadBodyAsync(head, body.Write, token);
@@ -535,7 +586,7 @@ public sealed class SoakClient
             throw new SoakException("checksum", $"/upload of {size} bytes: server read '{answer}', client sent '{expected}'");
         }
 
-        return head.Close;
+        return head.ConnectionClose;
     }
 
     private static async Task<bool> DownloadAsync(RawHttpConnection connection, ulong seed, long size, CancellationToken token)
@@ -550,29 +601,41 @@ public sealed class SoakClient
         }
 
         CheckHash(ExpectedHash(seed, size), hash.GetHashAndReset(), $"/download of {size} bytes");
-        return head.Close;
+        return head.ConnectionClose;
     }
 
     private static async Task<ResponseHead> ExpectStatusAsync(RawHttpConnection connection, int status, CancellationToken token)
     {
         var head = await connection.ReadHeadAsync(token) ?? throw new IOException("the server closed the connection instead of answering");
-        return head.Status == status ? head : throw new SoakException("status", $"status {head.Status}, expected {status}");
+        return head.StatusCode == status ? head : throw new SoakException("status", $"status {head.StatusCode}, expected {status}");
     }
 
     private static byte[] ExpectedHash(ulong seed, long size)
     {
         using var hash = IncrementalHash.CreateHash(HashAlgorithmName.SHA256);
+        foreach (var _ in PayloadChunks(seed, size, hash))
+        {
+        }
+
+        return hash.GetHashAndReset();
+    }
+
+    /// <summary>
+    /// <paramref name="length"/> bytes of <see cref="Payload"/>(seed), 64 KiB at a time in one reused buffer
+    /// (each piece is valid until the next is asked for), each added to <paramref name="hash"/> as it is made.
+    /// </summary>
+    private static IEnumerable<ReadOnlyMemory<byte>> PayloadChunks(ulong seed, long length, IncrementalHash hash)
+    {
         var payload = new Payload(seed);
         var chunk = new byte[64 * 1024];
-        for (var remaining = size; remaining > 0;)
+        for (var remaining = length; remaining > 0;)
         {
             var n = (int)Math.Min(chunk.Length, remaining);
             payload.Fill(chunk.AsSpan(0, n));
             hash.AppendData(chunk, 0, n);
+            yield return chunk.AsMemory(0, n);
             remaining -= n;
         }
-
-        return hash.GetHashAndReset();
     }
 
     private static void CheckHash(byte[] expected, byte[] actual, string what)
@@ -603,11 +666,33 @@ public sealed class SoakClient
 
     // ---- counters -----------------------------------------------------------------------------------
 
-    private void Ok(string kind)
+    /// <summary>Counts a completed request of <paramref name="kind"/>, and in the measured window its latency from <paramref name="started"/>.</summary>
+    private void Ok(string kind, long started)
     {
         Interlocked.Increment(ref _requests);
         _okKinds.AddOrUpdate(kind, 1, (_, n) => n + 1);
+        if (Volatile.Read(ref _measuring))
+        {
+            var us = (long)Stopwatch.GetElapsedTime(started).TotalMicroseconds;
+            _latencies.GetOrAdd(kind, static _ => new LongConcurrentHistogram(1, s_maxLatencyUs, 3))
+                .RecordValue(Math.Clamp(us, 1, s_maxLatencyUs));
+        }
     }
+
+    /// <summary>
+    /// Per kind of request, the latency from the start of its step (connecting, for churn) to its response
+    /// read and checked, in µs to HdrHistogram's 3 significant digits. It is a closed-loop client's view on a
+    /// shared CPU, so it shows queueing in the client as much as in the server: a trend to compare, not a bound.
+    /// </summary>
+    private SortedDictionary<string, SortedDictionary<string, long>> LatencySummary() =>
+        new(_latencies.ToDictionary(k => k.Key, k => new SortedDictionary<string, long>(StringComparer.Ordinal)
+        {
+            ["count"] = k.Value.TotalCount,
+            ["p50"] = k.Value.GetValueAtPercentile(50),
+            ["p99"] = k.Value.GetValueAtPercentile(99),
+            ["p99_9"] = k.Value.GetValueAtPercentile(99.9),
+            ["max"] = k.Value.GetMaxValue(),
+        }), StringComparer.Ordinal);
 
     private void Expected(string kind)
     {
@@ -633,7 +718,7 @@ public sealed class SoakClient
         try
         {
             using var deadline = new CancellationTokenSource(s_smallTimeout);
-            using var connection = await RawHttpConnection.ConnectAsync(_endPoint, deadline.Token);
+            using var connection = await ConnectAsync(_endPoint, deadline.Token);
             await connection.SendAsync("GET /_soak/stats HTTP/1.1\r\nHost: soak\r\n\r\n", deadline.Token);
             var head = await ExpectStatusAsync(connection, 200, deadline.Token);
             using var body = new MemoryStream();

@@ -6,6 +6,7 @@ namespace Soak;
 [JsonSourceGenerationOptions(WriteIndented = true)]
 [JsonSerializable(typeof(Dictionary<string, object>))]
 [JsonSerializable(typeof(SortedDictionary<string, long>))]
+[JsonSerializable(typeof(SortedDictionary<string, SortedDictionary<string, long>>))]
 [JsonSerializable(typeof(string[]))]
 [JsonSerializable(typeof(long))]
 [JsonSerializable(typeof(int))]

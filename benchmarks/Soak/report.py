@@ -239,6 +239,11 @@ def main() -> int:
                          f"{client['expected']} expected aborts/closes, {client['body_mb']} MiB of bodies verified")
             lines.append("- completed: " + ", ".join(f"{k} {v}" for k, v in client.get("ok_kinds", {}).items()))
             lines.append("- expected: " + ", ".join(f"{k} {v}" for k, v in client.get("expected_kinds", {}).items()))
+            latency = client.get("latency_us")
+            if latency:
+                # Not a bound: a closed-loop client sharing one CPU measures its own queueing as much as the server.
+                lines.append("- latency in µs over the measured window, p50 / p99 / p99.9 / max (requests): " + ", ".join(
+                    f"{k} {v['p50']} / {v['p99']} / {v['p99_9']} / {v['max']} ({v['count']})" for k, v in latency.items()))
             for e in client.get("first_errors", [])[:10]:
                 lines.append(f"- error: `{e}`")
         last = figures.get("last") or figures.get("quiet")

@@ -56,6 +56,24 @@ public sealed class LatencyTailTests : IDisposable
     }
 
     [Fact]
+    public void PercentilesAreTheNearestRankValuesToTheMicrosecondPrinted()
+    {
+        // 160 requests at 10.5, 20.5, ... 1600.5 µs, each printed rounded half to even (10, 20, ... 1600), and
+        // generator lags of 1, 2, ... 160 µs. p99 is the 159th value (⌈0.99 × 160⌉), the tail's bound; rounding
+        // the rank to the nearest, as HdrHistogram's GetValueAtPercentile does, would print the 158th.
+        var lines = new StringBuilder();
+        for (int i = 1; i <= 160; i++)
+        {
+            lines.Append(CultureInfo.InvariantCulture, $"{Base + i * 10_000_000L} {i * 10_000L + 500} {i * 1_000L}\n");
+        }
+
+        string report = Analyze(lines.ToString(), sched: null);
+
+        Assert.Contains("Latency p50 800, p90 1440, p99 1590, p99.9 1600, max 1600 µs. The tail is the 2 requests at or above p99.", report, StringComparison.Ordinal);
+        Assert.Contains("(its lag: p99 159, max 160 µs)", report, StringComparison.Ordinal);
+    }
+
+    [Fact]
     public void SchedulerTimelineChargesTheCpuToWhoeverHadIt()
     {
         // The window is 0–10 ms. A server thread has the CPU 0–4 ms, a compiler thread 4–6 ms (the stall),

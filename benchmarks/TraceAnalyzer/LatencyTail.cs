@@ -1,5 +1,6 @@
 using System.Globalization;
 using System.Text;
+using HdrHistogram;
 using Microsoft.Diagnostics.Tracing;
 using Microsoft.Diagnostics.Tracing.Etlx;
 
@@ -161,10 +162,13 @@ internal sealed class LatencyTail
 
     public void Append(StringBuilder report)
     {
+        // The tail is chosen from the exact nanoseconds, not the histogram: its requests are lined up with
+        // trace events one by one, so which requests are in it must not depend on a bucket's width.
         var latencies = _requests.Select(r => r.Latency).Order().ToArray();
-        long Percentile(double p) => latencies[Math.Min(latencies.Length - 1, (int)Math.Ceiling(p / 100 * latencies.Length) - 1)];
-        long p99 = Percentile(99);
+        long p99 = latencies[NearestRank(99, latencies.Length) - 1];
         var tail = _requests.Where(r => r.Latency >= p99).ToList();
+        var latencyUs = Histogram(_requests.Select(r => r.Latency));
+        var lagUs = Histogram(_requests.Select(r => r.Lag));
         report.AppendLine();
         report.AppendLine(CultureInfo.InvariantCulture,
             $"#### The latency tail ({_requests.Count:N0} requests over {Ms(WindowEnd - WindowStart):F0} ms)");
@@ -176,11 +180,11 @@ internal sealed class LatencyTail
         }
 
         report.AppendLine(CultureInfo.InvariantCulture,
-            $"Latency p50 {Us(Percentile(50))}, p90 {Us(Percentile(90))}, p99 {Us(p99)}, p99.9 {Us(Percentile(99.9))}, max {Us(latencies[^1])} µs. "
+            $"Latency p50 {ValueAt(latencyUs, 50)}, p90 {ValueAt(latencyUs, 90)}, p99 {ValueAt(latencyUs, 99)}, p99.9 {ValueAt(latencyUs, 99.9)}, max {latencyUs.GetMaxValue()} µs. "
             + $"The tail is the {tail.Count:N0} requests at or above p99.");
         report.AppendLine(CultureInfo.InvariantCulture,
             $"The generator itself sent {Program.Share(tail.Count(r => r.Lag >= LateSend), tail.Count)} of the tail and {Program.Share(_requests.Count(r => r.Lag >= LateSend), _requests.Count)} of all requests ≥ {LateSend / 1000} µs late "
-            + $"(its lag: p99 {Us(_requests.Select(r => r.Lag).Order().ElementAt((int)(0.99 * (_requests.Count - 1))))}, max {Us(_requests.Max(r => r.Lag))} µs).");
+            + $"(its lag: p99 {ValueAt(lagUs, 99)}, max {lagUs.GetMaxValue()} µs).");
 
         var episodes = Episodes(tail);
         var pauses = _pauses.Where(p => p.End >= WindowStart && p.Start <= WindowEnd).ToList();
@@ -267,6 +271,48 @@ internal sealed class LatencyTail
 
         return episodes;
     }
+
+    /// <summary>
+    /// Nanoseconds as the whole microseconds the report prints, rounded as <see cref="Us"/> rounds them (half
+    /// to even), in an HdrHistogram with 5 significant digits: below 2^18 µs (262 ms) every microsecond has a
+    /// bucket of its own, so a percentile read back is exactly the value a sort would have printed; above, a
+    /// bucket is 2^-17 of its value wide (2 µs at 262 ms).
+    /// </summary>
+    internal static LongHistogram Histogram(IEnumerable<long> nanoseconds)
+    {
+        var microseconds = nanoseconds.Select(ns => (long)Math.Round(Math.Max(ns, 0) / 1e3, MidpointRounding.ToEven)).ToList();
+        var histogram = new LongHistogram(Math.Max(2, microseconds.Max()), 5);
+        foreach (long us in microseconds)
+        {
+            histogram.RecordValue(us);
+        }
+
+        return histogram;
+    }
+
+    /// <summary>
+    /// The value at the nearest rank, ⌈p/100 × n⌉, found by walking the histogram's buckets. HdrHistogram's own
+    /// GetValueAtPercentile rounds the rank to the nearest instead (the 158th of 160 values for p99, not the
+    /// 159th), which would print a p99 below the bound of the tail chosen at that rank.
+    /// </summary>
+    internal static long ValueAt(HistogramBase histogram, double percentile)
+    {
+        long rank = NearestRank(percentile, histogram.TotalCount);
+        long seen = 0;
+        foreach (var bucket in histogram.RecordedValues())
+        {
+            seen += bucket.CountAddedInThisIterationStep;
+            if (seen >= rank)
+            {
+                return bucket.ValueIteratedTo;
+            }
+        }
+
+        return histogram.GetMaxValue();
+    }
+
+    private static long NearestRank(double percentile, long count) =>
+        Math.Clamp((long)Math.Ceiling(percentile / 100 * count), 1, count);
 
     private static string Payload(TraceEvent ev, string name) =>
         Convert.ToString(ev.PayloadByName(name), CultureInfo.InvariantCulture) ?? "?";

@@ -89,7 +89,7 @@ public sealed class HttpFuzzTests(ITestOutputHelper output)
             s.Builder = b => b.Logging.AddFilter("Microsoft.AspNetCore.Server.Kestrel", LogLevel.Critical);
         });
 
-        using var healthy = await RawHttpConnection.ConnectAsync(host.EndPoint);
+        using var healthy = new RawHttpConnection(await TestSockets.ConnectAsync(host.EndPoint));
         var outcomes = new ExchangeOutcome[cases];
         var completed = 0;
         var healthChecks = 0;
@@ -102,7 +102,7 @@ public sealed class HttpFuzzTests(ITestOutputHelper output)
         {
             while (!done.IsCancellationRequested)
             {
-                await healthy.SendAsync(RawHttpConnection.Get($"/healthy/{Volatile.Read(ref completed)}"));
+                await healthy.SendAsync(RawHttpRequest.Get($"/healthy/{Volatile.Read(ref completed)}"), TestTimeouts.Default);
                 var response = await healthy.ReadResponseAsync(s_caseTimeout);
                 Assert.Equal(200, response.StatusCode);
                 Assert.Equal("ok 0", response.BodyText);

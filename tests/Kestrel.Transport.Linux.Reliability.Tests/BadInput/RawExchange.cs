@@ -95,47 +95,24 @@ internal static class RawExchange
 
             var lines = Encoding.ASCII.GetString(data[..headEnd]).Split("\r\n");
             data = data[(headEnd + 4)..];
-            var status = lines[0].Split(' ', 3);
-            if (status.Length < 3 || status[0] != "HTTP/1.1" || status[1].Length != 3
-                || !int.TryParse(status[1], NumberStyles.None, CultureInfo.InvariantCulture, out var code))
+            ResponseHead head;
+            try
             {
-                return (statuses, $"not an HTTP/1.1 status line: '{lines[0]}'");
+                head = ResponseHead.Parse(lines);
+            }
+            catch (InvalidDataException e)
+            {
+                return (statuses, $"a response head that does not parse ({e.Message})");
             }
 
-            long? contentLength = null;
-            var chunked = false;
-            foreach (var line in lines.Skip(1))
-            {
-                var colon = line.IndexOf(':', StringComparison.Ordinal);
-                if (colon <= 0)
-                {
-                    return (statuses, $"a header line without a name: '{line}'");
-                }
-
-                var name = line[..colon];
-                var value = line[(colon + 1)..].Trim();
-                if (name.Equals("Content-Length", StringComparison.OrdinalIgnoreCase))
-                {
-                    if (contentLength is not null || !long.TryParse(value, NumberStyles.None, CultureInfo.InvariantCulture, out var length))
-                    {
-                        return (statuses, $"a bad or repeated Content-Length: '{line}'");
-                    }
-
-                    contentLength = length;
-                }
-                else if (name.Equals("Transfer-Encoding", StringComparison.OrdinalIgnoreCase))
-                {
-                    chunked = value.Equals("chunked", StringComparison.OrdinalIgnoreCase);
-                }
-            }
-
-            if (code is >= 100 and < 200)
+            var code = head.StatusCode;
+            if (head.Framing == BodyFraming.None)
             {
                 statuses.Add(code);
                 continue;
             }
 
-            if (chunked)
+            if (head.Framing == BodyFraming.Chunked)
             {
                 while (true)
                 {
@@ -158,7 +135,7 @@ internal static class RawExchange
                     }
                 }
             }
-            else if (contentLength is { } length)
+            else if (head.ContentLength is { } length)
             {
                 if (data.Length < length)
                 {
@@ -167,7 +144,7 @@ internal static class RawExchange
 
                 data = data[(int)length..];
             }
-            else if (code is not (204 or 304))
+            else
             {
                 return (statuses, $"a response {code} without framing");
             }

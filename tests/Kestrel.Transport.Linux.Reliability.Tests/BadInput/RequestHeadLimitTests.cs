@@ -37,7 +37,7 @@ public sealed class RequestHeadLimitTests(ITestOutputHelper output)
     public async Task Oversized_or_invalid_request_heads_get_Kestrels_4xx_and_the_same_loop_keeps_serving(TransportKind kind)
     {
         await using var host = await TestHost.StartAsync(kind, output, context => context.Response.WriteAsync("ok"), s => s.Linux = o => o.ThreadCount = 1);
-        using var healthy = await RawHttpConnection.ConnectAsync(host.EndPoint);
+        using var healthy = new RawHttpConnection(await TestSockets.ConnectAsync(host.EndPoint));
         var checkedCases = 0;
         foreach (var (name, request, status) in Cases())
         {
@@ -50,8 +50,8 @@ public sealed class RequestHeadLimitTests(ITestOutputHelper output)
                 Assert.True(outcome.Class == $"{status} close", $"{kind}, {name} in {pieces.Length} send(s): expected '{status} close', got '{outcome.Class}' ({outcome.End}) {outcome.Malformed}");
                 checkedCases++;
 
-                await healthy.SendAsync(RawHttpConnection.Get("/healthy"));
-                var response = await healthy.ReadResponseAsync();
+                await healthy.SendAsync(RawHttpRequest.Get("/healthy"), TestTimeouts.Default);
+                var response = await healthy.ReadResponseAsync(TestTimeouts.Default);
                 Assert.Equal(200, response.StatusCode);
                 Assert.Equal("ok", response.BodyText);
             }

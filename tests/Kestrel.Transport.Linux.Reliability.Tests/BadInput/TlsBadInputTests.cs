@@ -88,7 +88,7 @@ public sealed class TlsBadInputTests(ITestOutputHelper output)
     public async Task A_ClientHello_on_a_plain_HTTP_port_gets_400_or_a_close_and_the_loop_keeps_serving(TransportKind kind)
     {
         await using var host = await TestHost.StartAsync(kind, output, context => context.Response.WriteAsync("plain"), s => s.Linux = o => o.ThreadCount = 1);
-        using var healthy = await RawHttpConnection.ConnectAsync(host.EndPoint);
+        using var healthy = new RawHttpConnection(await TestSockets.ConnectAsync(host.EndPoint));
         var clientHello = await CaptureClientHelloAsync();
 
         for (var i = 0; i < 3; i++)
@@ -97,8 +97,8 @@ public sealed class TlsBadInputTests(ITestOutputHelper output)
             output.WriteLine($"{kind}: ClientHello on plain HTTP -> '{outcome.Class}' ({outcome.End}) in {outcome.Elapsed.TotalMilliseconds:F0} ms");
             Assert.True(outcome.Class is "400 close" or "no-response close", $"{kind}: a ClientHello on a plain port ended as '{outcome.Class}' ({outcome.End}) {outcome.Malformed}");
 
-            await healthy.SendAsync(RawHttpConnection.Get("/after-tls"));
-            var response = await healthy.ReadResponseAsync();
+            await healthy.SendAsync(RawHttpRequest.Get("/after-tls"), TestTimeouts.Default);
+            var response = await healthy.ReadResponseAsync(TestTimeouts.Default);
             Assert.Equal(200, response.StatusCode);
             Assert.Equal("plain", response.BodyText);
         }

@@ -64,7 +64,7 @@ public sealed class ClientResetTests(ITestOutputHelper output)
                 halfway[i] = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
                 ended[i] = new TaskCompletionSource<string>(TaskCreationOptions.RunContinuationsAsynchronously);
                 var client = await TestSockets.ConnectAsync(host.EndPoint);
-                await client.SendAllAsync(HttpExchange.Request("POST", $"/upload/{i}", $"Content-Length: {DeclaredBodyLength}\r\n"));
+                await client.SendAllAsync(RawHttpRequest.Bytes("POST", $"/upload/{i}", $"Content-Length: {DeclaredBodyLength}\r\n"));
                 await client.SendAllAsync(TestData.Create(Seed, SentBodyLength));
                 await halfway[i].Task.WaitAsync(TestTimeouts.Default);
                 Reset(client);
@@ -123,7 +123,7 @@ public sealed class ClientResetTests(ITestOutputHelper output)
             {
                 ended[i] = new TaskCompletionSource<string>(TaskCreationOptions.RunContinuationsAsynchronously);
                 var client = await TestSockets.ConnectAsync(host.EndPoint);
-                await client.SendAllAsync(HttpExchange.Request("GET", $"/big/{i}"));
+                await client.SendAllAsync(RawHttpRequest.Bytes("GET", $"/big/{i}"));
                 await client.ReceiveExactlyAsync(new byte[ReadBeforeReset]);
                 Reset(client);
                 // Longer than the handler's own wait for RequestAborted, so that a missing abort is reported as such.
@@ -156,12 +156,12 @@ public sealed class ClientResetTests(ITestOutputHelper output)
     /// <summary>Runs the resets while a download is in progress and an idle connection waits, then checks both and new connections.</summary>
     private static async Task AssertServesOthersThroughAsync(TestHost host, LogRecorder logs, Func<Task> resets, Func<string, bool>? expectedErrors = null)
     {
-        using var idle = new HttpExchange(await TestSockets.ConnectAsync(host.EndPoint));
-        await idle.SendAsync(HttpExchange.Request("GET", "/ping"));
-        Assert.Equal((200, "pong"), await idle.ReadResponseAsync(TestTimeouts.Default));
+        using var idle = await LeanConnection.ConnectAsync(host.EndPoint);
+        await idle.SendAsync(RawHttpRequest.Bytes("GET", "/ping"), TestTimeouts.Large);
+        Assert.Equal((200, "pong"), await idle.ReadStatusAndBodyAsync(TestTimeouts.Default));
 
         using var bystander = await TestSockets.ConnectAsync(host.EndPoint);
-        await bystander.SendAllAsync(HttpExchange.Request("GET", "/bystander"));
+        await bystander.SendAllAsync(RawHttpRequest.Bytes("GET", "/bystander"));
         var download = GeneratedBody.ReadResponseHashedAsync(bystander, TestTimeouts.Large);
 
         // When resets() fails, the download is never awaited; mark its fault observed so that it cannot
@@ -170,13 +170,13 @@ public sealed class ClientResetTests(ITestOutputHelper output)
         await resets();
 
         Assert.Equal((200, BystanderLength, TestData.Sha256(Seed, BystanderLength)), await download);
-        await idle.SendAsync(HttpExchange.Request("GET", "/ping"));
-        Assert.Equal((200, "pong"), await idle.ReadResponseAsync(TestTimeouts.Default));
+        await idle.SendAsync(RawHttpRequest.Bytes("GET", "/ping"), TestTimeouts.Large);
+        Assert.Equal((200, "pong"), await idle.ReadStatusAndBodyAsync(TestTimeouts.Default));
         await Task.WhenAll(Enumerable.Range(0, 16).Select(async _ =>
         {
-            using var fresh = new HttpExchange(await TestSockets.ConnectAsync(host.EndPoint));
-            await fresh.SendAsync(HttpExchange.Request("GET", "/ping"));
-            Assert.Equal((200, "pong"), await fresh.ReadResponseAsync(TestTimeouts.Default));
+            using var fresh = await LeanConnection.ConnectAsync(host.EndPoint);
+            await fresh.SendAsync(RawHttpRequest.Bytes("GET", "/ping"), TestTimeouts.Large);
+            Assert.Equal((200, "pong"), await fresh.ReadStatusAndBodyAsync(TestTimeouts.Default));
         }));
 
         await host.StopAsync();

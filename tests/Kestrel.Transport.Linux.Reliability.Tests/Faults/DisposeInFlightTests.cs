@@ -90,7 +90,7 @@ public sealed class DisposeInFlightTests(ITestOutputHelper output)
             {
                 var socket = await TestSockets.ConnectAsync(host.EndPoint);
                 sockets.Add(socket);
-                await socket.SendAllAsync(HttpExchange.Request("GET", "/big"));
+                await socket.SendAllAsync(RawHttpRequest.Bytes("GET", "/big"));
                 downloads.Add(Task.Run(async () =>
                 {
                     var buffer = new byte[64 * 1024];
@@ -115,9 +115,9 @@ public sealed class DisposeInFlightTests(ITestOutputHelper output)
                 {
                     try
                     {
-                        using var client = new HttpExchange(await TestSockets.ConnectAsync(host.EndPoint));
-                        await client.SendAsync(HttpExchange.Request("GET", "/small"));
-                        await client.ReadResponseAsync(TestTimeouts.Default);
+                        using var client = await LeanConnection.ConnectAsync(host.EndPoint);
+                        await client.SendAsync(RawHttpRequest.Bytes("GET", "/small"), TestTimeouts.Large);
+                        await client.ReadStatusAndBodyAsync(TestTimeouts.Default);
                         Interlocked.Increment(ref accepted);
                     }
                     catch (Exception e) when (e is SocketException or IOException or TimeoutException or OperationCanceledException)

@@ -51,37 +51,37 @@ public sealed class InlineExceptionTests(ITestOutputHelper output)
                 s.Linux = o => o.ThreadCount = 1;
             });
 
-        using var idle = new HttpExchange(await TestSockets.ConnectAsync(host.EndPoint));
-        await idle.SendAsync(HttpExchange.Request("GET", "/ok"));
-        Assert.Equal((200, "ok"), await idle.ReadResponseAsync(TestTimeouts.Default));
+        using var idle = await LeanConnection.ConnectAsync(host.EndPoint);
+        await idle.SendAsync(RawHttpRequest.Bytes("GET", "/ok"), TestTimeouts.Large);
+        Assert.Equal((200, "ok"), await idle.ReadStatusAndBodyAsync(TestTimeouts.Default));
 
         for (var i = 0; i < Throws; i++)
         {
-            using (var thrower = new HttpExchange(await TestSockets.ConnectAsync(host.EndPoint)))
+            using (var thrower = await LeanConnection.ConnectAsync(host.EndPoint))
             {
                 await Task.Delay(20);
-                await thrower.SendAsync(HttpExchange.Request("GET", "/throw"));
-                Assert.Equal((500, ""), await thrower.ReadResponseAsync(TestTimeouts.Default));
+                await thrower.SendAsync(RawHttpRequest.Bytes("GET", "/throw"), TestTimeouts.Large);
+                Assert.Equal((500, ""), await thrower.ReadStatusAndBodyAsync(TestTimeouts.Default));
             }
 
-            using (var thrower = new HttpExchange(await TestSockets.ConnectAsync(host.EndPoint)))
+            using (var thrower = await LeanConnection.ConnectAsync(host.EndPoint))
             {
                 await Task.Delay(20);
-                await thrower.SendAsync(HttpExchange.Request("GET", "/throw-after-start"));
-                var cut = await Record.ExceptionAsync(() => thrower.ReadResponseAsync(TestTimeouts.Default));
+                await thrower.SendAsync(RawHttpRequest.Bytes("GET", "/throw-after-start"), TestTimeouts.Large);
+                var cut = await Record.ExceptionAsync(() => thrower.ReadStatusAndBodyAsync(TestTimeouts.Default));
                 Assert.True(
                     cut is EndOfStreamException || (cut is SocketException s && s.SocketErrorCode == SocketError.ConnectionReset),
                     $"A response whose app threw after it started must be cut off by closing the connection; the client saw: {cut?.ToString() ?? "a complete response"}");
             }
         }
 
-        await idle.SendAsync(HttpExchange.Request("GET", "/ok-after-throws"));
-        Assert.Equal((200, "ok"), await idle.ReadResponseAsync(TestTimeouts.Default));
+        await idle.SendAsync(RawHttpRequest.Bytes("GET", "/ok-after-throws"), TestTimeouts.Large);
+        Assert.Equal((200, "ok"), await idle.ReadStatusAndBodyAsync(TestTimeouts.Default));
         for (var i = 0; i < 20; i++)
         {
-            using var fresh = new HttpExchange(await TestSockets.ConnectAsync(host.EndPoint));
-            await fresh.SendAsync(HttpExchange.Request("GET", "/ok"));
-            Assert.Equal((200, "ok"), await fresh.ReadResponseAsync(TestTimeouts.Default));
+            using var fresh = await LeanConnection.ConnectAsync(host.EndPoint);
+            await fresh.SendAsync(RawHttpRequest.Bytes("GET", "/ok"), TestTimeouts.Large);
+            Assert.Equal((200, "ok"), await fresh.ReadStatusAndBodyAsync(TestTimeouts.Default));
         }
 
         var seen = threads.ToArray();

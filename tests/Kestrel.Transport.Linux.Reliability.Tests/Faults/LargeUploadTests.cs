@@ -56,8 +56,8 @@ public sealed class LargeUploadTests(ITestOutputHelper output)
         });
 
         var stopwatch = Stopwatch.StartNew();
-        using var client = new HttpExchange(await TestSockets.ConnectAsync(host.EndPoint));
-        await client.SendAsync(HttpExchange.Request("POST", "/upload", $"Content-Length: {UploadLength}\r\n"));
+        using var client = await LeanConnection.ConnectAsync(host.EndPoint);
+        await client.SendAsync(RawHttpRequest.Bytes("POST", "/upload", $"Content-Length: {UploadLength}\r\n"), TestTimeouts.Large);
 
         // One generated MiB, stamped with its index at both ends, so a lost, repeated or reordered chunk changes the hash.
         var pattern = TestData.Create(Seed, ChunkLength);
@@ -69,10 +69,10 @@ public sealed class LargeUploadTests(ITestOutputHelper output)
             BinaryPrimitives.WriteInt64LittleEndian(chunk, index);
             BinaryPrimitives.WriteInt64LittleEndian(chunk.AsSpan(ChunkLength - 8), ~index);
             sent.Append(chunk);
-            await client.SendAsync(chunk);
+            await client.SendAsync(chunk, TestTimeouts.Large);
         }
 
-        var response = await client.ReadResponseAsync(TestTimeouts.Large);
+        var response = await client.ReadStatusAndBodyAsync(TestTimeouts.Large);
         var elapsed = stopwatch.Elapsed;
         await sampling.CancelAsync();
         await sampler;

@@ -73,7 +73,7 @@ public sealed class ShutdownFaultTests(ITestOutputHelper output)
         {
             var client = await TestSockets.ConnectAsync(host.EndPoint);
             clients.Add(client);
-            await client.SendAllAsync(HttpExchange.Request("GET", $"/stream/{i}"));
+            await client.SendAllAsync(RawHttpRequest.Bytes("GET", $"/stream/{i}"));
         }
 
         var readers = clients.Select(DrainUntilClosedAsync).ToArray();
@@ -135,7 +135,7 @@ public sealed class ShutdownFaultTests(ITestOutputHelper output)
         {
             var client = await TestSockets.ConnectAsync(host.EndPoint);
             clients.Add(client);
-            await client.SendAllAsync(HttpExchange.Request("GET", $"/drain/{i}"));
+            await client.SendAllAsync(RawHttpRequest.Bytes("GET", $"/drain/{i}"));
         }
 
         await allStarted.Task.WaitAsync(TestTimeouts.Default);

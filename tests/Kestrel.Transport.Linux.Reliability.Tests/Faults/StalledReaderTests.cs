@@ -48,7 +48,7 @@ public sealed class StalledReaderTests(ITestOutputHelper output)
 
         var rssBefore = ProcessMemory.SettledRss();
         using var client = await TestSockets.ConnectAsync(host.EndPoint);
-        await client.SendAllAsync(HttpExchange.Request("GET", "/stalled"));
+        await client.SendAllAsync(RawHttpRequest.Bytes("GET", "/stalled"));
 
         var stopwatch = Stopwatch.StartNew();
         long maxPoolBytes = 0;

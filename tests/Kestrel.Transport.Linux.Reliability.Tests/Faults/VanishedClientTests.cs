@@ -48,9 +48,9 @@ public sealed class VanishedClientTests(ITestOutputHelper output)
         using var half = await TestSockets.ConnectAsync(host.EndPoint);
         await half.SendAllAsync("GET /half HTTP/1.1\r\nHost: loc"u8.ToArray());
 
-        using var idle = new HttpExchange(await TestSockets.ConnectAsync(host.EndPoint));
-        await idle.SendAsync(HttpExchange.Request("GET", "/"));
-        Assert.Equal((200, "ok"), await idle.ReadResponseAsync(TestTimeouts.Default));
+        using var idle = await LeanConnection.ConnectAsync(host.EndPoint);
+        await idle.SendAsync(RawHttpRequest.Bytes("GET", "/"), TestTimeouts.Large);
+        Assert.Equal((200, "ok"), await idle.ReadStatusAndBodyAsync(TestTimeouts.Default));
         var idleSince = Stopwatch.StartNew();
 
         var closes = await Task.WhenAll(
@@ -59,9 +59,9 @@ public sealed class VanishedClientTests(ITestOutputHelper output)
             WaitForServerCloseAsync("idle after a response", idle.Socket, idleSince));
 
         // The server goes on serving.
-        using var fresh = new HttpExchange(await TestSockets.ConnectAsync(host.EndPoint));
-        await fresh.SendAsync(HttpExchange.Request("GET", "/"));
-        Assert.Equal((200, "ok"), await fresh.ReadResponseAsync(TestTimeouts.Default));
+        using var fresh = await LeanConnection.ConnectAsync(host.EndPoint);
+        await fresh.SendAsync(RawHttpRequest.Bytes("GET", "/"), TestTimeouts.Large);
+        Assert.Equal((200, "ok"), await fresh.ReadStatusAndBodyAsync(TestTimeouts.Default));
 
         foreach (var (client, elapsed, how) in closes)
         {

@@ -1,7 +1,5 @@
-using System.Globalization;
 using System.Net.Sockets;
 using System.Runtime.CompilerServices;
-using System.Text;
 using Microsoft.AspNetCore.Http;
 
 namespace Kestrel.Transport.Linux.Reliability.Tests.Infrastructure;
@@ -28,49 +26,28 @@ internal static class GeneratedBody
         }
     }
 
-    /// <summary>Reads one response's head and then exactly Content-Length bytes of body, hashing them.</summary>
+    /// <summary>Reads one response's head and then exactly Content-Length bytes of body, hashing them; the socket stays open.</summary>
     public static async Task<(int Status, long Length, string Sha256)> ReadResponseHashedAsync(Socket socket, TimeSpan timeout)
     {
+        // Not disposed: that would close the caller's socket. Large receives, as a download client makes them.
+        var connection = new RawHttpConnection(socket, bufferSize: 256 * 1024);
         using var cts = new CancellationTokenSource(timeout);
-        var buffer = new byte[256 * 1024];
-        var filled = 0;
-        int headEnd;
-        while ((headEnd = buffer.AsSpan(0, filled).IndexOf("\r\n\r\n"u8)) < 0)
-        {
-            filled += await ReceiveSomeAsync(socket, buffer.AsMemory(filled), 0, cts.Token);
-        }
-
-        var head = Encoding.ASCII.GetString(buffer, 0, headEnd);
-        var status = int.Parse(head.AsSpan(9, 3), CultureInfo.InvariantCulture);
-        var length = head.Split("\r\n")
-            .Where(l => l.StartsWith("Content-Length:", StringComparison.OrdinalIgnoreCase))
-            .Select(l => long.Parse(l.AsSpan("Content-Length:".Length).Trim(), CultureInfo.InvariantCulture))
-            .Single();
-
         var hash = new StreamHash();
-        var buffered = filled - (headEnd + 4);
-        hash.Append(buffer.AsSpan(headEnd + 4, (int)Math.Min(buffered, length)));
-        while (hash.Length < length)
-        {
-            var n = await ReceiveSomeAsync(socket, buffer.AsMemory(0, (int)Math.Min(buffer.Length, length - hash.Length)), hash.Length, cts.Token);
-            hash.Append(buffer.AsSpan(0, n));
-        }
-
-        return (status, hash.Length, hash.Finish());
-    }
-
-    private static async Task<int> ReceiveSomeAsync(Socket socket, Memory<byte> buffer, long bodyBytesSoFar, CancellationToken cancellationToken)
-    {
-        int n;
         try
         {
-            n = await socket.ReceiveAsync(buffer, SocketFlags.None, cancellationToken);
-        }
-        catch (OperationCanceledException) when (cancellationToken.IsCancellationRequested)
-        {
-            throw new TimeoutException($"The response did not arrive in time; {bodyBytesSoFar} body bytes had.");
-        }
+            var head = await connection.ReadHeadAsync(cts.Token)
+                ?? throw new EndOfStreamException("The server closed the connection instead of responding.");
+            if (head.Framing != BodyFraming.ContentLength)
+            {
+                throw new InvalidDataException($"A response {head.StatusCode} without Content-Length: a generated body always has one.");
+            }
 
-        return n > 0 ? n : throw new EndOfStreamException($"The server closed the connection after {bodyBytesSoFar} body bytes.");
+            await connection.ReadBodyAsync(head, hash.Append, cts.Token);
+            return (head.StatusCode, hash.Length, hash.Finish());
+        }
+        catch (OperationCanceledException) when (cts.IsCancellationRequested)
+        {
+            throw new TimeoutException($"The response did not arrive in time; {hash.Length} body bytes had.");
+        }
     }
 }

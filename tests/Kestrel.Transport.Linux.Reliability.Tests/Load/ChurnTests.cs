@@ -101,9 +101,9 @@ public sealed class ChurnTests(ITestOutputHelper output)
     private static async Task OneCycleAsync(TestHost host, int cycle)
     {
         var serverCloses = cycle % 2 == 0;
-        using var client = new HttpExchange(await TestSockets.ConnectAsync(host.EndPoint));
-        await client.SendAsync(HttpExchange.Request("GET", $"/{cycle}", serverCloses ? "Connection: close\r\n" : null));
-        var (status, body) = await client.ReadResponseAsync(TestTimeouts.Default);
+        using var client = await LeanConnection.ConnectAsync(host.EndPoint);
+        await client.SendAsync(RawHttpRequest.Bytes("GET", $"/{cycle}", serverCloses ? "Connection: close\r\n" : null), TestTimeouts.Large);
+        var (status, body) = await client.ReadStatusAndBodyAsync(TestTimeouts.Default);
         Assert.Equal(200, status);
         Assert.Equal($"cycle {cycle}", body);
         if (serverCloses)

@@ -101,24 +101,24 @@ public sealed class LargestBatchTests(ITestOutputHelper output)
                 o.ApplicationSchedulingMode = ApplicationSchedulingMode.Inline;
             });
 
-        var clients = new List<HttpExchange>(Connections);
+        var clients = new List<RawHttpConnection>(Connections);
         try
         {
             for (var i = 0; i < Connections; i++)
             {
-                clients.Add(new HttpExchange(await TestSockets.ConnectAsync(host.EndPoint)));
+                clients.Add(await LeanConnection.ConnectAsync(host.EndPoint));
             }
 
-            using var blocker = new HttpExchange(await TestSockets.ConnectAsync(host.EndPoint));
+            using var blocker = await LeanConnection.ConnectAsync(host.EndPoint);
 
             // Every connection served once, so the server has accepted and set up all of them.
-            await Task.WhenAll(clients.Select((c, i) => c.SendAsync(HttpExchange.Request("GET", $"/warm/{i}"))));
+            await Task.WhenAll(clients.Select((c, i) => c.SendAsync(RawHttpRequest.Bytes("GET", $"/warm/{i}"), TestTimeouts.Large)));
             await AssertResponsesAsync(clients, i => $"warm {i}");
 
-            await Task.WhenAll(clients.Select((c, i) => c.SendAsync(HttpExchange.Request("GET", $"/held/{i}"))));
+            await Task.WhenAll(clients.Select((c, i) => c.SendAsync(RawHttpRequest.Bytes("GET", $"/held/{i}"), TestTimeouts.Large)));
             await allWaiting.Task.WaitAsync(TestTimeouts.Large);
 
-            await blocker.SendAsync(HttpExchange.Request("GET", "/block"));
+            await blocker.SendAsync(RawHttpRequest.Bytes("GET", "/block"), TestTimeouts.Large);
             await blockerEntered.Task.WaitAsync(TestTimeouts.Default);
             if (kind.IsLinux())
             {
@@ -138,7 +138,7 @@ public sealed class LargestBatchTests(ITestOutputHelper output)
 
             loopReleased.Set();
             await AssertResponsesAsync(clients, i => $"held {i}");
-            Assert.Equal((200, "unblocked"), await blocker.ReadResponseAsync(TestTimeouts.Default));
+            Assert.Equal((200, "unblocked"), await blocker.ReadStatusAndBodyAsync(TestTimeouts.Default));
             await sends.WaitAsync(TestTimeouts.Large);
             await AssertResponsesAsync(clients, i => $"body {i} {BodyLength}");
             output.WriteLine($"Released to all served: {stopwatch.Elapsed.TotalSeconds:F1} s.");
@@ -164,15 +164,15 @@ public sealed class LargestBatchTests(ITestOutputHelper output)
         await host.StopAsync();
     }
 
-    private static async Task SendWithBodyAsync(HttpExchange client, int index, byte[] body)
+    private static async Task SendWithBodyAsync(RawHttpConnection client, int index, byte[] body)
     {
-        await client.SendAsync(HttpExchange.Request("POST", $"/body/{index}", $"Content-Length: {body.Length}\r\n"));
-        await client.SendAsync(body);
+        await client.SendAsync(RawHttpRequest.Bytes("POST", $"/body/{index}", $"Content-Length: {body.Length}\r\n"), TestTimeouts.Large);
+        await client.SendAsync(body, TestTimeouts.Large);
     }
 
-    private static async Task AssertResponsesAsync(List<HttpExchange> clients, Func<int, string> expected)
+    private static async Task AssertResponsesAsync(List<RawHttpConnection> clients, Func<int, string> expected)
     {
-        var responses = await Task.WhenAll(clients.Select(c => c.ReadResponseAsync(TestTimeouts.Large)));
+        var responses = await Task.WhenAll(clients.Select(c => c.ReadStatusAndBodyAsync(TestTimeouts.Large)));
         for (var i = 0; i < responses.Length; i++)
         {
             Assert.Equal((200, expected(i)), responses[i]);

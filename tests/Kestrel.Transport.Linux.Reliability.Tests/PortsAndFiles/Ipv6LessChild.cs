@@ -3,7 +3,6 @@ using System.Net;
 using System.Net.Sockets;
 using System.Runtime.InteropServices;
 using System.Text;
-using Kestrel.Transport.Linux.Reliability.Tests.Integrity;
 using Microsoft.AspNetCore.Builder;
 using Microsoft.AspNetCore.Hosting;
 using Microsoft.AspNetCore.Hosting.Server;
@@ -99,7 +98,7 @@ internal static partial class Ipv6LessChild
             using var socket = await TestSockets.ConnectAsync(endPoint);
             await socket.SendAllAsync("GET / HTTP/1.1\r\nHost: localhost\r\n\r\n"u8.ToArray());
             using var cts = new CancellationTokenSource(TestTimeouts.Default);
-            var response = await new ResponseReader(socket).ReadAsync(cts.Token);
+            var response = await new RawHttpConnection(socket).ReadResponseAsync(cts.Token);
             return $"{response.StatusCode} {Encoding.ASCII.GetString(response.Body)}";
         }
         catch (SocketException ex)

@@ -1,7 +1,6 @@
 using System.Net;
 using System.Net.Sockets;
 using System.Text;
-using Kestrel.Transport.Linux.Reliability.Tests.Integrity;
 using Microsoft.AspNetCore.Builder;
 using Microsoft.AspNetCore.Hosting;
 using Microsoft.AspNetCore.Hosting.Server;
@@ -66,7 +65,7 @@ internal sealed class NamedServer : IAsyncDisposable
         using var socket = await TestSockets.ConnectAsync(endPoint);
         await socket.SendAllAsync("GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"u8.ToArray());
         using var cts = new CancellationTokenSource(TestTimeouts.Default);
-        var response = await new ResponseReader(socket).ReadAsync(cts.Token);
+        var response = await new RawHttpConnection(socket).ReadResponseAsync(cts.Token);
         Assert.Equal(200, response.StatusCode);
         return Encoding.ASCII.GetString(response.Body);
     }

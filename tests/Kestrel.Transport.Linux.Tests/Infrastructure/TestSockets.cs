@@ -8,20 +8,8 @@ internal static class TestSockets
 {
     public static async Task<Socket> ConnectAsync(EndPoint endPoint, TimeSpan? timeout = null)
     {
-        var socket = endPoint is UnixDomainSocketEndPoint
-            ? new Socket(AddressFamily.Unix, SocketType.Stream, ProtocolType.Unspecified)
-            : new Socket(endPoint.AddressFamily, SocketType.Stream, ProtocolType.Tcp) { NoDelay = true };
-        try
-        {
-            using var cts = new CancellationTokenSource(timeout ?? TestTimeouts.Default);
-            await socket.ConnectAsync(endPoint, cts.Token);
-            return socket;
-        }
-        catch
-        {
-            socket.Dispose();
-            throw;
-        }
+        using var cts = new CancellationTokenSource(timeout ?? TestTimeouts.Default);
+        return await ClientSocket.ConnectAsync(endPoint, cts.Token);
     }
 
     /// <summary>One receive; throws <see cref="TimeoutException"/> when nothing arrives in time.</summary>
