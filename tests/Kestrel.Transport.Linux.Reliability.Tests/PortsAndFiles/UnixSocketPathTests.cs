@@ -1,5 +1,6 @@
 using System.Runtime.InteropServices;
 using System.Text;
+using Kestrel.Transport.Linux.Reliability.Tests.Infrastructure;
 
 namespace Kestrel.Transport.Linux.Reliability.Tests.PortsAndFiles;
 
@@ -90,10 +91,21 @@ public sealed partial class UnixSocketPathTests(ITestOutputHelper output) : IDis
         // the contested bind needs before it can decide anything is the probe's.
         await transport.BindAsync(new System.Net.IPEndPoint(System.Net.IPAddress.Loopback, 0));
 
+        // The kernel hands out the lowest free number (open(2)): with the soft limit there, every lower number is
+        // taken and the next descriptor fails with EMFILE. This suite runs one test at a time, and the window is
+        // one bind long.
+        var (soft, _) = FileDescriptorLimit.Get();
+        var open = ProcessResources.OpenFileDescriptors().Keys.ToHashSet();
+        int lowestFree = Enumerable.Range(0, open.Count + 1).First(fd => !open.Contains(fd));
         Exception? failure;
-        using (FileDescriptorLimit.UpToTheLowestFreeDescriptor())
+        FileDescriptorLimit.SetSoft((ulong)lowestFree);
+        try
         {
             failure = await Record.ExceptionAsync(() => transport.BindAsync(NamedServer.Unix(SocketPath)));
+        }
+        finally
+        {
+            FileDescriptorLimit.SetSoft(soft);
         }
 
         Assert.NotNull(failure);

@@ -95,7 +95,8 @@ internal sealed class TestHost : IAsyncDisposable
 
         kind.AssertLoopsAsConfigured(app.Services.GetServices<IConnectionListenerFactory>().Last());
         var addresses = app.Services.GetRequiredService<IServer>().Features.Get<IServerAddressesFeature>()!.Addresses;
-        var address = new Uri(Assert.Single(addresses));
+        // The loopback endpoint every host has; settings.Kestrel may add others (a Unix socket, say).
+        var address = new Uri(Assert.Single(addresses, static a => a.StartsWith("http://127.0.0.1:", StringComparison.Ordinal)));
         Assert.NotEqual(0, address.Port);
         return new TestHost(app, memoryPool, address);
     }
