@@ -79,6 +79,11 @@ for entry in "${required[@]}"; do
     log "package holds $entry"
 done
 
+# The package ships its own short README, not the repository's.
+unzip -p "$NUPKG" README.md | cmp -s - "$REPO_ROOT/src/Transport.Linux/README.md" \
+    || fail "the package's README.md is not src/Transport.Linux/README.md."
+log "package README.md is src/Transport.Linux/README.md"
+
 # Each native asset is built for the architecture its runtimes/<rid>/ folder names.
 command -v readelf > /dev/null || fail "'readelf' is not installed (binutils; .ci/run installs it with gcc)."
 for pair in "${native_pairs[@]}"; do

@@ -29,7 +29,9 @@ namespace Kestrel.Transport.Linux.Connection;
 /// <item>The loop takes the same lock to end the send side, to read zero-copy completions, and to close the
 /// socket, so a pool thread never sends past the end of the send side or on a closed (or reused) fd.</item>
 /// </list>
-/// <para>Nothing else is shared: the receive side and the lifetime are the loop's alone.</para>
+/// <para>The output's read result is in one thread's hands at a time: a pool thread's while it runs the read's
+/// continuation, the loop's otherwise, which is why the loop's own sends need no lock. Nothing else is shared:
+/// the receive side and the lifetime are the loop's alone.</para>
 /// </remarks>
 internal sealed class LinuxConnection : ConnectionContext,
     IConnectionIdFeature, IConnectionTransportFeature, IConnectionItemsFeature,

@@ -15,9 +15,6 @@ namespace Kestrel.Transport.Linux.Connection;
 /// </summary>
 internal sealed class ReceiveSide : IBatchOwner
 {
-    /// <summary>Reads ask for at least this much room: half a 4 KiB pool block, as Kestrel's Sockets transport.</summary>
-    private const int MinReadSize = 2048;
-
     private readonly LinuxConnection _connection;
     private readonly PipeWriter _input;
     private readonly Action _onFlushed;
@@ -26,7 +23,7 @@ internal sealed class ReceiveSide : IBatchOwner
     private bool _readable;
     private bool _peerHungUp;
     private bool _queued;
-    private int _readSize = MinReadSize;
+    private ReadSize _readSize;
     private ValueTask<FlushResult> _flush;
     private Exception? _pendingError;
 
@@ -36,6 +33,7 @@ internal sealed class ReceiveSide : IBatchOwner
         _input = input;
         _quickAck = quickAck;
         _onFlushed = OnFlushed;
+        _readSize = new ReadSize(connection.Loop.Options.Tuning.MaxBytesPerRead);
     }
 
     /// <summary>True once the input pipe's writer is complete, or about to be when a pending flush reports back.</summary>
@@ -45,7 +43,7 @@ internal sealed class ReceiveSide : IBatchOwner
     public bool FlushPending { get; private set; }
 
     /// <summary>The largest single read so far (diagnostics and tests).</summary>
-    public long LargestRead { get; private set; }
+    public long LargestRead => _readSize.Largest;
 
     /// <summary>
     /// epoll reported data, or the peer's FIN or an error (<paramref name="hungUp"/>), which a read reports in turn.
@@ -76,7 +74,7 @@ internal sealed class ReceiveSide : IBatchOwner
         }
 
         batch.BeginOp(this, _connection.Socket.Value);
-        batch.AddBuffer(_input.GetMemory(_readSize));
+        batch.AddBuffer(_input.GetMemory(_readSize.Current));
     }
 
     public void Complete(SysResult result, long requested)
@@ -108,7 +106,7 @@ internal sealed class ReceiveSide : IBatchOwner
         }
 
         _input.Advance((int)received);
-        AdaptReadSize(received, requested);
+        _readSize.Observe(received, requested);
         if (_quickAck)
         {
             _ = Interop.Socket.SetOption(_connection.Socket.Value, Interop.Socket.IPPROTO_TCP, Interop.Socket.TCP_QUICKACK, 1);
@@ -152,29 +150,6 @@ internal sealed class ReceiveSide : IBatchOwner
 
         _connection.Lifetime.FireConnectionClosed();
         _connection.Lifetime.MaybeClose();
-    }
-
-    /// <summary>
-    /// Adapts the next read's size to what the socket delivers: a read that fills its buffer doubles the next
-    /// one (up to MaxBytesPerRead), so a large burst takes a few large reads instead of one per pool block; a
-    /// read that uses under a quarter of its buffer halves it, back down to a fraction of one pool block, so
-    /// small requests never reserve more.
-    /// </summary>
-    private void AdaptReadSize(long received, long requested)
-    {
-        if (received == requested)
-        {
-            _readSize = (int)Math.Min(_connection.Loop.Options.Tuning.MaxBytesPerRead, Math.Max(_readSize, requested) * 2);
-        }
-        else if (received < requested / 4 && _readSize > MinReadSize)
-        {
-            _readSize = Math.Max(MinReadSize, _readSize / 2);
-        }
-
-        if (received > LargestRead)
-        {
-            LargestRead = received;
-        }
     }
 
     private void Flush()

@@ -43,7 +43,11 @@ internal sealed class SendSide : IBatchOwner
         _poolSends = new PoolThreadSends(connection, this, output);
     }
 
-    /// <summary>Held by whichever thread sends (the loop, or a pool thread), and by the loop to end the side or close the socket.</summary>
+    /// <summary>
+    /// Held by a pool thread while it sends, and by the loop to end the side, take zero-copy completions or close
+    /// the socket. The loop's own sends need no lock: the output's read result is in one thread's hands at a time
+    /// (<see cref="ReadPending"/>), and a pool thread sends only what its own read returned.
+    /// </summary>
     public Lock Lock { get; } = new();
 
     /// <summary>True once the send side has ended (under <see cref="Lock"/>).</summary>

@@ -96,7 +96,7 @@ internal sealed class TestHost : IAsyncDisposable
         kind.AssertLoopsAsConfigured(app.Services.GetServices<IConnectionListenerFactory>().Last());
         var addresses = app.Services.GetRequiredService<IServer>().Features.Get<IServerAddressesFeature>()!.Addresses;
         // The loopback endpoint every host has; settings.Kestrel may add others (a Unix socket, say).
-        var address = new Uri(Assert.Single(addresses, static a => a.StartsWith("http://127.0.0.1:", StringComparison.Ordinal)));
+        var address = new Uri(Assert.Single(addresses, static a => a.Contains("://127.0.0.1:", StringComparison.Ordinal)));
         Assert.NotEqual(0, address.Port);
         return new TestHost(app, memoryPool, address);
     }

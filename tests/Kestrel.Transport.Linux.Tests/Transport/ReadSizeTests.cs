@@ -51,4 +51,49 @@ public sealed class ReadSizeTests(ITestOutputHelper output)
 
         await transport.StopAsync();
     }
+
+    [Fact]
+    public void Full_reads_double_the_next_read_up_to_the_maximum()
+    {
+        var size = new ReadSize(maximum: 16 * 1024);
+        Assert.Equal(ReadSize.Minimum, size.Current);
+        int[] expected = [4096, 8192, 16384, 16384];
+        foreach (int next in expected)
+        {
+            size.Observe(received: size.Current, requested: size.Current);
+            Assert.Equal(next, size.Current);
+        }
+
+        Assert.Equal(16384, size.Largest);
+    }
+
+    [Fact]
+    public void Reads_under_a_quarter_full_halve_the_next_read_down_to_the_minimum()
+    {
+        var size = new ReadSize(maximum: 64 * 1024);
+        for (int i = 0; i < 5; i++)
+        {
+            size.Observe(received: size.Current, requested: size.Current);
+        }
+
+        Assert.Equal(64 * 1024, size.Current);
+        int[] expected = [32 * 1024, 16 * 1024, 8192, 4096, 2048, 2048];
+        foreach (int next in expected)
+        {
+            size.Observe(received: 100, requested: size.Current);
+            Assert.Equal(next, size.Current);
+        }
+    }
+
+    [Fact]
+    public void A_read_between_a_quarter_and_full_keeps_the_size()
+    {
+        var size = new ReadSize(maximum: 64 * 1024);
+        size.Observe(received: 2048, requested: 2048);
+        Assert.Equal(4096, size.Current);
+        size.Observe(received: 1024, requested: 4096);
+        size.Observe(received: 4095, requested: 4096);
+        Assert.Equal(4096, size.Current);
+        Assert.Equal(4095, size.Largest);
+    }
 }
