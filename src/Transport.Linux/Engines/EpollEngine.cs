@@ -42,8 +42,6 @@ internal sealed unsafe class EpollEngine : IoEngine
 
     public override bool UsesAio => _executor.UsesAio;
 
-    public override int MaxEvents => EventCapacity;
-
     /// <summary>The epoll instance (tests read its registrations from /proc/self/fdinfo).</summary>
     public int EpollFd => _epoll.Value;
 
@@ -91,24 +89,11 @@ internal sealed unsafe class EpollEngine : IoEngine
         return Epoll.Control(_epoll.Value, Epoll.EPOLL_CTL_ADD, fd, events);
     }
 
-    public override SysResult Modify(int fd, uint events)
-    {
-        if (events == 0)
-        {
-            // Out of the epoll set, but still this owner's: a later Modify adds it back.
-            return Epoll.Control(_epoll.Value, Epoll.EPOLL_CTL_DEL, fd, 0);
-        }
+    // Out of the epoll set and back in, rather than EPOLL_CTL_MOD to no events: MOD fails with EINVAL on an
+    // EPOLLEXCLUSIVE registration (epoll_ctl(2)), which a shared listener has.
+    public override SysResult Pause(int fd) => Epoll.Control(_epoll.Value, Epoll.EPOLL_CTL_DEL, fd, 0);
 
-        // EPOLLEXCLUSIVE cannot be combined with EPOLL_CTL_MOD (epoll_ctl(2)): such a registration is re-added.
-        if ((events & Epoll.EPOLLEXCLUSIVE) != 0)
-        {
-            _ = Epoll.Control(_epoll.Value, Epoll.EPOLL_CTL_DEL, fd, 0);
-            return Epoll.Control(_epoll.Value, Epoll.EPOLL_CTL_ADD, fd, events);
-        }
-
-        var result = Epoll.Control(_epoll.Value, Epoll.EPOLL_CTL_MOD, fd, events);
-        return result.Is(Errno.ENOENT) ? Epoll.Control(_epoll.Value, Epoll.EPOLL_CTL_ADD, fd, events) : result;
-    }
+    public override SysResult Resume(int fd, uint events) => Epoll.Control(_epoll.Value, Epoll.EPOLL_CTL_ADD, fd, events);
 
     public override void Unregister(int fd, object owner, bool stillOpen)
     {

@@ -42,14 +42,14 @@ internal abstract class IoEngine : IDisposable
     /// <summary>True when batches go to the kernel as one Linux AIO io_submit.</summary>
     public abstract bool UsesAio { get; }
 
-    /// <summary>The number of events <see cref="Wait"/> may return at once.</summary>
-    public abstract int MaxEvents { get; }
-
     /// <summary>Starts watching <paramref name="fd"/> for <paramref name="events"/> (epoll(7) bits), reporting them for <paramref name="owner"/>.</summary>
     public abstract SysResult Register(int fd, object owner, uint events);
 
-    /// <summary>Changes what a registered fd is watched for; 0 stops watching it until a later call names its events again.</summary>
-    public abstract SysResult Modify(int fd, uint events);
+    /// <summary>Stops watching a registered fd (a listener backed off), remembering its owner for <see cref="Resume"/>.</summary>
+    public abstract SysResult Pause(int fd);
+
+    /// <summary>Watches a paused fd for <paramref name="events"/> again.</summary>
+    public abstract SysResult Resume(int fd, uint events);
 
     /// <summary>
     /// Forgets <paramref name="fd"/> if <paramref name="owner"/> registered it. <paramref name="stillOpen"/> says the fd

@@ -90,7 +90,7 @@ internal sealed class Acceptor(EventLoop loop, AcceptedSocketOptions socketOptio
                     registration.BackOff();
                     loop.Metrics.AcceptErrors.Add(1, TransportMetrics.ErrnoTag(Errno.Name(accepted.Error)));
                     TransportLog.AcceptFailed(loop.Logger, loop.Index, registration.Listener.EndPoint, Errno.Describe(accepted.Error), registration.BackoffMs);
-                    _ = loop.Engine.Modify(registration.Fd, 0);
+                    _ = loop.Engine.Pause(registration.Fd);
                     _backedOff.Add(registration);
                     return;
             }
@@ -116,7 +116,7 @@ internal sealed class Acceptor(EventLoop loop, AcceptedSocketOptions socketOptio
             else if (registration.RetryAt <= now)
             {
                 _backedOff.RemoveAt(i);
-                _ = loop.Engine.Modify(registration.Fd, registration.Events);
+                _ = loop.Engine.Resume(registration.Fd, registration.Events);
             }
         }
     }

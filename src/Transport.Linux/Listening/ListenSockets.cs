@@ -14,16 +14,16 @@ namespace Kestrel.Transport.Linux.Listening;
 /// </summary>
 internal sealed class ListenSockets : IDisposable
 {
+    private readonly List<OwnedFd> _fds;
+
     private ListenSockets(List<OwnedFd> fds, EndPoint endPoint, bool shared, string? unixPath, ulong unixInode)
     {
-        Fds = fds;
+        _fds = fds;
         EndPoint = endPoint;
         Shared = shared;
         UnixPath = unixPath;
         UnixInode = unixInode;
     }
-
-    public IReadOnlyList<OwnedFd> Fds { get; }
 
     /// <summary>The bound endpoint, with the real port when port 0 was asked for.</summary>
     public EndPoint EndPoint { get; }
@@ -37,7 +37,7 @@ internal sealed class ListenSockets : IDisposable
     public ulong UnixInode { get; }
 
     /// <summary>The fd loop <paramref name="index"/> polls.</summary>
-    public int FdFor(int index) => Fds[Shared ? 0 : index].Value;
+    public int FdFor(int index) => _fds[Shared ? 0 : index].Value;
 
     public static ListenSockets Bind(EndPoint endPoint, int loops, LinuxTransportOptions options, ILogger logger)
     {
@@ -72,7 +72,7 @@ internal sealed class ListenSockets : IDisposable
 
     public void Dispose()
     {
-        foreach (var fd in Fds)
+        foreach (var fd in _fds)
         {
             fd.Dispose();
         }

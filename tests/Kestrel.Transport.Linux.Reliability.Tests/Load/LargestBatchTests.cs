@@ -14,7 +14,7 @@ public sealed class LargestBatchTests(ITestOutputHelper output)
     // Client and server sockets are both in this process here.
     private const int DescriptorsNeeded = (2 * Connections) + 1_000;
 
-    // EventLoop.MaxEventsPerWait: one epoll_wait reports at most this many sockets.
+    // EpollEngine.EventCapacity: one epoll_wait reports at most this many sockets.
     private const int EventsPerWait = 256;
 
     /// <summary>

@@ -50,9 +50,7 @@ public sealed class KernelAbiTests
             long ours = ToInt64(field.GetRawConstantValue()!);
             long theirs = ToInt64(member is PropertyInfo p ? p.GetValue(null)! : ((FieldInfo)member).GetValue(null)!);
             compared++;
-
-            // EPOLLET is 1u << 31 here and int.MinValue there: a 32-bit flag compares as its 32 bits.
-            if (ours != theirs && unchecked((uint)ours != (uint)theirs || ours >> 32 is not (0 or -1) || theirs >> 32 is not (0 or -1)))
+            if (Normalize(ours) != Normalize(theirs))
             {
                 mismatches.Add($"{field.DeclaringType!.Name}.{field.Name} = {ours:X}, Tmds.LibC ({architecture}) says {theirs:X}");
             }
@@ -115,6 +113,9 @@ public sealed class KernelAbiTests
         [.. type.GetFields(BindingFlags.Instance | BindingFlags.Public | BindingFlags.NonPublic)
             .Select(f => (int)Marshal.OffsetOf(type, f.Name))
             .Order()];
+
+    /// <summary>EPOLLET is 1u &lt;&lt; 31 here and int.MinValue there: a value that fits 32 bits compares as those bits.</summary>
+    private static long Normalize(long value) => value is >= int.MinValue and <= uint.MaxValue ? unchecked((uint)value) : value;
 
     private static long ToInt64(object value)
     {
