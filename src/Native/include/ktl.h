@@ -20,7 +20,7 @@
 extern "C" {
 #endif
 
-#define KTL_ABI_VERSION 2
+#define KTL_ABI_VERSION 3
 
 #define KTL_EXPORT __attribute__((visibility("default")))
 
@@ -77,6 +77,104 @@ KTL_EXPORT void ktl_engine_destroy(ktl_engine *engine);
  */
 KTL_EXPORT int32_t ktl_batch(ktl_engine *engine, int32_t direction, int32_t use_aio,
                              ktl_op *ops, int32_t count);
+
+/*
+ * ---------------------------------------------------------------------------------------
+ * The io_uring engine (IoBackend.IoUring): one ring per event-loop thread, owned by it.
+ *
+ * Readiness comes from multishot IORING_OP_POLL_ADD requests, one per registered socket,
+ * whose completions ktl_ring_wait returns; the loop's wake-up is a pending read of its
+ * eventfd, re-armed here. A pass's receives and sends go to the kernel as one
+ * io_uring_enter (ktl_ring_batch): RECVMSG/SENDMSG with MSG_DONTWAIT, so each completes
+ * (or fails with -EAGAIN) inside that call, and the call returns only once every op has
+ * its result. No op ever outlives the call that submitted it, so the caller's buffers are
+ * safe to release when it returns.
+ *
+ * Not thread-safe: everything but ktl_ring_create and ktl_ring_destroy must run on the
+ * thread that called ktl_ring_start (the ring is IORING_SETUP_SINGLE_ISSUER where the
+ * kernel has it).
+ * ---------------------------------------------------------------------------------------
+ */
+
+/* Setup flags the ring ended up with (ktl_ring_info.setup), mirrored from io_uring.h. */
+#define KTL_RING_SINGLE_ISSUER (1u << 12)
+#define KTL_RING_DEFER_TASKRUN (1u << 13)
+#define KTL_RING_COOP_TASKRUN (1u << 8)
+
+/* What the ring is and what the kernel offers; filled by ktl_ring_create. */
+typedef struct ktl_ring_info {
+    uint32_t setup;      /* IORING_SETUP_* flags in use */
+    uint32_t features;   /* IORING_FEAT_* from io_uring_setup */
+    uint32_t sq_entries;
+    uint32_t cq_entries;
+} ktl_ring_info;
+
+/* One completion as ktl_ring_wait reports it: 16 bytes, layout is part of the ABI. */
+typedef struct ktl_cqe {
+    uint64_t user_data;  /* as given to ktl_ring_poll */
+    int32_t res;         /* poll: the ready events (poll(2)/epoll(7) bits), or -errno */
+    uint32_t flags;      /* KTL_CQE_MORE: the multishot poll is still armed */
+} ktl_cqe;
+
+#define KTL_CQE_MORE 2u /* IORING_CQE_F_MORE */
+
+/* user_data values with this bit set are the engine's own; ktl_ring_poll rejects them. */
+#define KTL_RING_INTERNAL (1ull << 63)
+
+typedef struct ktl_ring ktl_ring;
+
+/* 1 when this build has the io_uring engine (liburing was found at build time), else 0. */
+KTL_EXPORT int32_t ktl_ring_supported(void);
+
+/*
+ * Creates a ring of `entries` submission slots (a power of two, 1..32768) in the disabled
+ * state, from any thread. Tries SINGLE_ISSUER|DEFER_TASKRUN (Linux 6.1), then
+ * COOP_TASKRUN (5.19); a kernel without either is refused with EINVAL. On failure returns
+ * NULL and stores the positive errno of io_uring_setup (EPERM/ENOSYS: seccomp or
+ * kernel.io_uring_disabled; ENOMEM: RLIMIT_MEMLOCK on kernels before 5.12; EINVAL: kernel
+ * too old), or ENOSYS when this build has no io_uring engine.
+ */
+KTL_EXPORT ktl_ring *ktl_ring_create(int32_t entries, ktl_ring_info *info, int32_t *error);
+
+/*
+ * On the thread that will own the ring: enables it, registers its fd with the thread
+ * (where the kernel can) and arms the pending read of wake_fd (an eventfd). Returns 0 or
+ * -errno.
+ */
+KTL_EXPORT int32_t ktl_ring_start(ktl_ring *ring, int32_t wake_fd);
+
+/*
+ * Queues a multishot poll of fd for events (poll(2) bits; EPOLLEXCLUSIVE allowed; EPOLLET
+ * is implied) whose completions carry user_data (bit 63 clear). Submitted by the next
+ * ktl_ring_wait or ktl_ring_batch. Returns 0 or -errno.
+ */
+KTL_EXPORT int32_t ktl_ring_poll(ktl_ring *ring, int32_t fd, uint32_t events, uint64_t user_data);
+
+/*
+ * Queues the removal of the poll with user_data. Its final completion (-ECANCELED) still
+ * arrives through ktl_ring_wait. submit != 0 hands it to the kernel at once (one
+ * io_uring_enter): the poll holds a reference to the socket, which closing the fd alone
+ * would not release. Returns 0 or -errno.
+ */
+KTL_EXPORT int32_t ktl_ring_cancel(ktl_ring *ring, uint64_t user_data, int32_t submit);
+
+/*
+ * Submits what is queued and waits up to timeout_ms (-1: no limit, 0: only looks) for
+ * completions; copies at most capacity of them to out (wake-ups are consumed here and not
+ * reported). Returns the count, 0 on timeout, EINTR or a wake-up, or -errno.
+ */
+KTL_EXPORT int32_t ktl_ring_wait(ktl_ring *ring, int32_t timeout_ms, ktl_cqe *out, int32_t capacity);
+
+/*
+ * As ktl_batch, through the ring: every op is submitted in one io_uring_enter (more when
+ * the batch exceeds the submission queue) and has its result when the call returns.
+ * Zero-copy sends run synchronously (sendmsg with MSG_ZEROCOPY). Poll completions that
+ * arrive meanwhile are kept for the next ktl_ring_wait. Returns count, or -errno.
+ */
+KTL_EXPORT int32_t ktl_ring_batch(ktl_ring *ring, int32_t direction, ktl_op *ops, int32_t count);
+
+/* Closes the ring (from any thread, once its owner has stopped using it). NULL is ignored. */
+KTL_EXPORT void ktl_ring_destroy(ktl_ring *ring);
 
 #ifdef __cplusplus
 }

@@ -37,7 +37,18 @@ typedef struct io_mode {
     const char *name;
     int use_aio;
     int32_t aio_capacity; /* 0 = engine without AIO */
+    int use_ring;         /* batches go through an io_uring ring (ktl_ring_batch) */
 } io_mode;
+
+/* The process's ring for use_ring modes: created and started on first use. */
+ktl_ring *test_ring(void);
+
+/* Creates and starts a ring with a blocking eventfd for wake-ups (*wake_fd), or returns NULL
+ * after printing why when io_uring is unavailable and KTL_TEST_ALLOW_NO_URING=1 (fails otherwise). */
+ktl_ring *test_ring_create(int32_t entries, int *wake_fd);
+
+/* One batch through the mode's path: ktl_batch, or ktl_ring_batch for use_ring modes. */
+int32_t test_batch(ktl_engine *engine, const io_mode *mode, int32_t direction, ktl_op *ops, int32_t count);
 
 /* Creates the engine a mode asks for, insisting on AIO unless KTL_TEST_ALLOW_NO_AIO=1. */
 ktl_engine *test_engine(const io_mode *mode, int32_t aio_capacity);
@@ -53,5 +64,6 @@ int check_pattern(const uint8_t *buf, size_t len, unsigned seed, size_t start);
 
 void run_abi_tests(void);
 void run_io_tests(const io_mode *mode);
+void run_ring_tests(void);
 
 #endif /* KTL_TEST_H */

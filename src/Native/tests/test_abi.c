@@ -23,7 +23,11 @@ _Static_assert(offsetof(ktl_op, reserved) == 28, "reserved offset");
 static void test_version_and_layout(void)
 {
     CHECK_EQ(ktl_abi_version(), KTL_ABI_VERSION);
-    CHECK_EQ(KTL_ABI_VERSION, 2);
+    CHECK_EQ(KTL_ABI_VERSION, 3);
+    CHECK_EQ(sizeof(ktl_cqe), 16);
+    CHECK_EQ(offsetof(ktl_cqe, res), 8);
+    CHECK_EQ(offsetof(ktl_cqe, flags), 12);
+    CHECK_EQ(sizeof(ktl_ring_info), 16);
     CHECK_EQ(sizeof(ktl_op), 32);
     CHECK_EQ(offsetof(ktl_op, fd), 0);
     CHECK_EQ(offsetof(ktl_op, iov_count), 4);

@@ -80,7 +80,7 @@ static void test_receive_many(const io_mode *m)
         CHECK(wait_readable(pairs[i][0], 5000));
     }
 
-    CHECK_EQ(ktl_batch(engine, KTL_OP_RECEIVE, m->use_aio, ops, N), N);
+    CHECK_EQ(test_batch(engine, m, KTL_OP_RECEIVE, ops, N), N);
 
     for (int i = 0; i < N; i++) {
         CHECK_EQ(ops[i].result, (long long)lens[i]);
@@ -97,7 +97,7 @@ static void test_receive_many(const io_mode *m)
     }
 
     /* Everything was consumed: the next pass finds every socket empty. */
-    CHECK_EQ(ktl_batch(engine, KTL_OP_RECEIVE, m->use_aio, ops, N), N);
+    CHECK_EQ(test_batch(engine, m, KTL_OP_RECEIVE, ops, N), N);
     for (int i = 0; i < N; i++)
         CHECK_EQ(ops[i].result, -EAGAIN);
 
@@ -152,7 +152,7 @@ static void test_receive_mixed(const io_mode *m)
             ops[i] = (ktl_op){ .fd = fd, .iov_count = r == NO_IOV ? 0 : 1, .iov = &iovs[i], .result = NOT_SET };
         }
 
-        CHECK_EQ(ktl_batch(engine, KTL_OP_RECEIVE, m->use_aio, ops, N), N);
+        CHECK_EQ(test_batch(engine, m, KTL_OP_RECEIVE, ops, N), N);
 
         for (int i = 0; i < N; i++) {
             switch (layouts[round][i]) {
@@ -188,7 +188,7 @@ static int64_t receive_one(ktl_engine *engine, const io_mode *m, int fd, void *b
 {
     struct iovec iov = { buf, len };
     ktl_op op = { .fd = fd, .iov_count = 1, .iov = &iov, .result = NOT_SET };
-    CHECK_EQ(ktl_batch(engine, KTL_OP_RECEIVE, m->use_aio, &op, 1), 1);
+    CHECK_EQ(test_batch(engine, m, KTL_OP_RECEIVE, &op, 1), 1);
     return op.result;
 }
 
@@ -196,7 +196,7 @@ static int64_t send_one(ktl_engine *engine, const io_mode *m, int fd, const void
 {
     struct iovec iov = { (void *)buf, len };
     ktl_op op = { .fd = fd, .iov_count = 1, .iov = &iov, .result = NOT_SET };
-    CHECK_EQ(ktl_batch(engine, KTL_OP_SEND, m->use_aio, &op, 1), 1);
+    CHECK_EQ(test_batch(engine, m, KTL_OP_SEND, &op, 1), 1);
     return op.result;
 }
 
@@ -265,7 +265,7 @@ static void test_send_many(const io_mode *m)
         ops[i] = (ktl_op){ .fd = pairs[i][0], .iov_count = 3, .iov = iovs[i], .result = NOT_SET };
     }
 
-    CHECK_EQ(ktl_batch(engine, KTL_OP_SEND, m->use_aio, ops, N), N);
+    CHECK_EQ(test_batch(engine, m, KTL_OP_SEND, ops, N), N);
 
     for (int i = 0; i < N; i++) {
         CHECK_EQ(ops[i].result, (long long)totals[i]);
@@ -384,13 +384,13 @@ static void test_batch_larger_than_capacity(const io_mode *m)
         ops[i] = (ktl_op){ .fd = pairs[i][0], .iov_count = 1, .iov = &iovs[i], .result = NOT_SET };
     }
 
-    CHECK_EQ(ktl_batch(engine, KTL_OP_RECEIVE, m->use_aio, ops, N), N);
+    CHECK_EQ(test_batch(engine, m, KTL_OP_RECEIVE, ops, N), N);
     for (int i = 0; i < N; i++) {
         CHECK_EQ(ops[i].result, 10 + i * 13);
         CHECK(check_pattern(bufs[i], 10 + (size_t)i * 13, (unsigned)i, 0));
     }
 
-    CHECK_EQ(ktl_batch(engine, KTL_OP_RECEIVE, m->use_aio, ops, N), N);
+    CHECK_EQ(test_batch(engine, m, KTL_OP_RECEIVE, ops, N), N);
     for (int i = 0; i < N; i++)
         CHECK_EQ(ops[i].result, -EAGAIN);
 
@@ -400,7 +400,7 @@ static void test_batch_larger_than_capacity(const io_mode *m)
         ops[i].fd = pairs[i][1];
         ops[i].result = NOT_SET;
     }
-    CHECK_EQ(ktl_batch(engine, KTL_OP_SEND, m->use_aio, ops, N), N);
+    CHECK_EQ(test_batch(engine, m, KTL_OP_SEND, ops, N), N);
     for (int i = 0; i < N; i++) {
         CHECK_EQ(ops[i].result, 5 + i * 7);
         read_exact(pairs[i][0], payload, 5 + (size_t)i * 7);
@@ -439,7 +439,7 @@ static void test_many_rounds(const io_mode *m)
             iovs[i] = (struct iovec){ bufs[i], sizeof(bufs[i]) };
             ops[i] = (ktl_op){ .fd = pairs[i][0], .iov_count = 1, .iov = &iovs[i], .result = NOT_SET };
         }
-        CHECK_EQ(ktl_batch(engine, KTL_OP_RECEIVE, m->use_aio, ops, N), N);
+        CHECK_EQ(test_batch(engine, m, KTL_OP_RECEIVE, ops, N), N);
         for (int i = 0; i < N; i++) {
             size_t len = 1 + (size_t)((round + i) % 40);
             if ((round + i) % 5 != 0) {
@@ -455,7 +455,7 @@ static void test_many_rounds(const io_mode *m)
             iovs[i].iov_len = ops[i].result > 0 ? (size_t)ops[i].result : 1;
             ops[i].result = NOT_SET;
         }
-        CHECK_EQ(ktl_batch(engine, KTL_OP_SEND, m->use_aio, ops, N), N);
+        CHECK_EQ(test_batch(engine, m, KTL_OP_SEND, ops, N), N);
         for (int i = 0; i < N; i++) {
             CHECK_EQ(ops[i].result, (long long)iovs[i].iov_len);
             read_exact(pairs[i][1], payload, iovs[i].iov_len);
@@ -538,7 +538,7 @@ static void test_send_zerocopy(const io_mode *m)
             { .fd = fds[0], .iov_count = 1, .iov = &iov, .result = NOT_SET, .flags = KTL_SEND_ZEROCOPY },
         };
         fill_pattern(out, LEN, 7 + round, 0);
-        CHECK_EQ(ktl_batch(engine, KTL_OP_SEND, m->use_aio, ops, 1), 1);
+        CHECK_EQ(test_batch(engine, m, KTL_OP_SEND, ops, 1), 1);
         sent = ops[0].result;
         CHECK(sent > 0);
         memset(in, 0, sizeof(in));
@@ -563,6 +563,9 @@ static void test_send_zerocopy(const io_mode *m)
 void run_io_tests(const io_mode *m)
 {
     struct sigaction sa;
+
+    if (m->use_ring && test_ring() == NULL)
+        return; /* io_uring unavailable and allowed to be: test_ring_create said why */
 
     memset(&sa, 0, sizeof(sa));
     sigemptyset(&sa.sa_mask);

@@ -1,0 +1,246 @@
+/*
+ * test_ring.c - the io_uring engine's own duties, over real sockets: multishot polls that
+ * report readiness edges, the eventfd wake-up, timeouts, removal (and the socket being let
+ * go of before its fd is closed), and poll completions that arrive during a batch.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ktl_test.h"
+
+static long now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Waits until the ring reports something other than a wake-up, or timeout_ms passes. */
+static int32_t wait_events(ktl_ring *ring, ktl_cqe *out, int32_t capacity, int timeout_ms)
+{
+    long end = now_ms() + timeout_ms;
+    int32_t n;
+    do {
+        n = ktl_ring_wait(ring, timeout_ms, out, capacity);
+        CHECK(n >= 0);
+    } while (n == 0 && now_ms() < end);
+    return n;
+}
+
+static void test_create_arguments(void)
+{
+    int32_t err = 0;
+    CHECK(ktl_ring_create(0, NULL, &err) == NULL);
+    CHECK_EQ(err, EINVAL);
+    CHECK(ktl_ring_create(100, NULL, &err) == NULL); /* not a power of two */
+    CHECK_EQ(err, EINVAL);
+    CHECK_EQ(ktl_ring_poll(NULL, 0, POLLIN, 1), -EINVAL);
+    CHECK_EQ(ktl_ring_wait(NULL, 0, NULL, 0), -EINVAL);
+    CHECK_EQ(ktl_ring_batch(NULL, KTL_OP_SEND, NULL, 0), -EINVAL);
+    ktl_ring_destroy(NULL);
+}
+
+static void test_nonblocking_wake_fd_refused(void)
+{
+    int32_t err = 0;
+    ktl_ring *ring = ktl_ring_create(8, NULL, &err);
+    int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    CHECK(ring != NULL && fd >= 0);
+    CHECK_EQ(ktl_ring_start(ring, fd), -EINVAL);
+    ktl_ring_destroy(ring);
+    close(fd);
+}
+
+static void test_poll_reports_edges(ktl_ring *ring)
+{
+    int fds[2];
+    ktl_cqe ev[8];
+    char buf[64];
+
+    tcp_pair(fds);
+    CHECK_EQ(ktl_ring_poll(ring, fds[0], POLLIN | POLLRDHUP, 42), 0);
+    CHECK_EQ(ktl_ring_wait(ring, 0, ev, 8), 0);              /* nothing to read yet */
+
+    write_all(fds[1], "a", 1);
+    CHECK_EQ(wait_events(ring, ev, 8, 2000), 1);
+    CHECK_EQ(ev[0].user_data, 42);
+    CHECK(ev[0].res > 0 && (ev[0].res & POLLIN) != 0);
+    CHECK((ev[0].flags & KTL_CQE_MORE) != 0);                /* still armed */
+    CHECK_EQ(ktl_ring_wait(ring, 0, ev, 8), 0);              /* an edge, not a level */
+
+    write_all(fds[1], "b", 1);                                /* a new edge */
+    CHECK_EQ(wait_events(ring, ev, 8, 2000), 1);
+    CHECK_EQ(ev[0].user_data, 42);
+    CHECK_EQ(read(fds[0], buf, sizeof(buf)), 2);
+
+    shutdown(fds[1], SHUT_WR);                                /* FIN: POLLRDHUP */
+    CHECK_EQ(wait_events(ring, ev, 8, 2000), 1);
+    CHECK((ev[0].res & POLLRDHUP) != 0);
+
+    CHECK_EQ(ktl_ring_cancel(ring, 42, 1), 0);
+    CHECK_EQ(wait_events(ring, ev, 8, 2000), 1);              /* the poll's last word */
+    CHECK_EQ(ev[0].user_data, 42);
+    CHECK_EQ(ev[0].res, -ECANCELED);
+    CHECK((ev[0].flags & KTL_CQE_MORE) == 0);
+    close(fds[0]);
+    close(fds[1]);
+}
+
+/* Removal with submit lets the socket go at once: closing the fd then sends FIN, with no
+ * further call into the ring (a poll holds its own reference to the socket). */
+static void test_cancel_then_close_releases_socket(ktl_ring *ring)
+{
+    int fds[2];
+    ktl_cqe ev[8];
+    char c;
+
+    tcp_pair(fds);
+    CHECK_EQ(ktl_ring_poll(ring, fds[0], POLLIN | POLLOUT | POLLRDHUP, 7), 0);
+    CHECK_EQ(wait_events(ring, ev, 8, 2000), 1);              /* POLLOUT at once */
+    CHECK_EQ(ktl_ring_cancel(ring, 7, 1), 0);
+    close(fds[0]);
+    set_nonblocking(fds[1], 0);
+    CHECK_EQ(wait_readable(fds[1], 2000), 1);
+    CHECK_EQ(read(fds[1], &c, 1), 0);                         /* EOF, not a hang */
+    close(fds[1]);
+    CHECK_EQ(wait_events(ring, ev, 8, 2000), 1);
+    CHECK_EQ(ev[0].res, -ECANCELED);
+}
+
+static int g_wake_fd;
+
+static void *wake_later(void *arg)
+{
+    uint64_t one = 1;
+    (void)arg;
+    usleep(50 * 1000);
+    CHECK(write(g_wake_fd, &one, sizeof(one)) == sizeof(one));
+    return NULL;
+}
+
+static void test_wake_and_timeout(ktl_ring *ring, int wake_fd)
+{
+    ktl_cqe ev[4];
+    long start;
+
+    g_wake_fd = wake_fd;
+    for (int round = 0; round < 3; round++) {               /* the read is re-armed each time */
+        pthread_t t;
+        CHECK_EQ(pthread_create(&t, NULL, wake_later, NULL), 0);
+        start = now_ms();
+        CHECK_EQ(ktl_ring_wait(ring, -1, ev, 4), 0);          /* no limit: only the wake-up ends it */
+        CHECK(now_ms() - start < 5000);
+        pthread_join(t, NULL);
+    }
+
+    start = now_ms();
+    CHECK_EQ(ktl_ring_wait(ring, 100, ev, 4), 0);
+    CHECK(now_ms() - start >= 90);
+}
+
+/* Readiness that completes while a batch waits for its ops is kept for the next wait, once. */
+static void test_poll_during_batch_kept(ktl_ring *ring)
+{
+    int a[2], b[2];
+    ktl_cqe ev[8];
+    char out[16] = "0123456789abcdef";
+    struct iovec iov = { out, sizeof(out) };
+    ktl_op op = { 0 };
+
+    tcp_pair(a);
+    tcp_pair(b);
+    CHECK_EQ(ktl_ring_poll(ring, a[0], POLLIN, 9), 0);
+    CHECK_EQ(ktl_ring_wait(ring, 0, ev, 8), 0);
+    write_all(a[1], "x", 1);
+    usleep(20 * 1000);
+
+    op.fd = b[0];
+    op.iov = &iov;
+    op.iov_count = 1;
+    CHECK_EQ(ktl_ring_batch(ring, KTL_OP_SEND, &op, 1), 1);
+    CHECK_EQ(op.result, (int64_t)sizeof(out));
+
+    CHECK_EQ(wait_events(ring, ev, 8, 2000), 1);
+    CHECK_EQ(ev[0].user_data, 9);
+    CHECK((ev[0].res & POLLIN) != 0);
+    CHECK_EQ(ktl_ring_wait(ring, 0, ev, 8), 0);               /* exactly once */
+
+    CHECK_EQ(ktl_ring_cancel(ring, 9, 1), 0);
+    CHECK_EQ(wait_events(ring, ev, 8, 2000), 1);
+    close(a[0]);
+    close(a[1]);
+    close(b[0]);
+    close(b[1]);
+}
+
+/* More sockets become ready than one wait may return: the rest come with the next waits. */
+static void test_more_events_than_capacity(ktl_ring *ring)
+{
+    enum { N = 40 };
+    int fds[N][2];
+    ktl_cqe ev[16];
+    int seen[N] = { 0 };
+    int total = 0;
+
+    for (int i = 0; i < N; i++) {
+        tcp_pair(fds[i]);
+        CHECK_EQ(ktl_ring_poll(ring, fds[i][0], POLLIN, 1000 + (uint64_t)i), 0);
+    }
+    CHECK_EQ(ktl_ring_wait(ring, 0, ev, 16), 0);
+    for (int i = 0; i < N; i++)
+        write_all(fds[i][1], "z", 1);
+    usleep(20 * 1000);
+    for (int round = 0; round < 50 && total < N; round++) {
+        int32_t n = ktl_ring_wait(ring, 100, ev, 16);
+        CHECK(n >= 0 && n <= 16);
+        for (int32_t j = 0; j < n; j++) {
+            int idx = (int)(ev[j].user_data - 1000);
+            CHECK(idx >= 0 && idx < N);
+            seen[idx]++;
+            total++;
+        }
+    }
+    CHECK_EQ(total, N);
+    for (int i = 0; i < N; i++) {
+        CHECK_EQ(seen[i], 1);
+        CHECK_EQ(ktl_ring_cancel(ring, 1000 + (uint64_t)i, 0), 0);
+    }
+    for (int got = 0; got < N;) {
+        int32_t n = wait_events(ring, ev, 16, 2000);
+        CHECK(n > 0);
+        for (int32_t j = 0; j < n; j++)
+            CHECK_EQ(ev[j].res, -ECANCELED);
+        got += n;
+    }
+    for (int i = 0; i < N; i++)
+    {
+        close(fds[i][0]);
+        close(fds[i][1]);
+    }
+}
+
+void run_ring_tests(void)
+{
+    int wake_fd = -1;
+    ktl_ring *ring;
+
+    test_create_arguments();
+    ring = test_ring_create(64, &wake_fd);
+    if (ring == NULL)
+        return;
+    test_nonblocking_wake_fd_refused();
+    test_poll_reports_edges(ring);
+    test_cancel_then_close_releases_socket(ring);
+    test_wake_and_timeout(ring, wake_fd);
+    test_poll_during_batch_kept(ring);
+    test_more_events_than_capacity(ring);
+    ktl_ring_destroy(ring);
+    close(wake_fd);
+    printf("ring: ok\n");
+}
