@@ -88,8 +88,11 @@ public sealed class SampleOptions
           --scheduling threadpool|inline
                                      linux: ApplicationSchedulingMode (default threadpool).
                                      sockets: inline means sockets-inline. Not for libuv.
-          --io epoll|aio             linux: IoBackend. epoll (default): readv/sendmsg per socket;
-                                     aio: each pass's batches as one Linux AIO io_submit.
+          --io epoll|aio|io_uring|auto
+                                     linux: IoBackend. epoll: readv/sendmsg per socket; aio: each
+                                     pass's batches as one Linux AIO io_submit; io_uring: a ring
+                                     per loop (fails to start where io_uring is blocked); auto:
+                                     io_uring where allowed, else epoll. Default: the transport's.
           --mode middleware|platform middleware (default): Kestrel's HTTP stack; /plaintext and /json
                                        as terminal middleware, then MVC for /text, /json-object, /xml,
                                        /html and /api/test.
@@ -287,8 +290,14 @@ public sealed class SampleOptions
                         case "AIO":
                             result.Io = IoBackend.EpollAio;
                             break;
+                        case "IO_URING" or "IOURING" or "URING":
+                            result.Io = IoBackend.IoUring;
+                            break;
+                        case "AUTO":
+                            result.Io = IoBackend.Auto;
+                            break;
                         default:
-                            error = $"Unknown I/O backend '{value}': expected 'epoll' or 'aio'.";
+                            error = $"Unknown I/O backend '{value}': expected 'epoll', 'aio', 'io_uring' or 'auto'.";
                             return false;
                     }
 

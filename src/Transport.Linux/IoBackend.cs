@@ -2,8 +2,8 @@ namespace Kestrel.Transport.Linux;
 
 /// <summary>
 /// How each event loop hands its sockets' reads and writes to the kernel. Every backend runs the same loop:
-/// one thread, one epoll instance, a pass that receives every readable socket in one batch and sends
-/// everything flushed during the pass in another.
+/// one thread, one kernel readiness facility (an epoll instance or an io_uring ring), a pass that receives
+/// every readable socket in one batch and sends everything flushed during the pass in another.
 /// </summary>
 public enum IoBackend
 {
@@ -23,4 +23,20 @@ public enum IoBackend
     /// <c>kestrel.transport.linux.aio.fallbacks</c>.
     /// </summary>
     EpollAio = 1,
+
+    /// <summary>
+    /// An io_uring ring per loop (Linux 5.19 or later; SINGLE_ISSUER and DEFER_TASKRUN from 6.1): multishot
+    /// polls for readiness, a pending read of the loop's eventfd for wake-ups, and each pass's receive and send
+    /// batches as one <c>io_uring_enter</c> each, so a pass costs a few kernel crossings however many sockets it
+    /// serves. Where io_uring cannot be set up (seccomp profiles such as Docker's and containerd's defaults,
+    /// <c>kernel.io_uring_disabled</c>, an old kernel, RLIMIT_MEMLOCK before 5.12) the server fails to start,
+    /// naming the cause; <see cref="Auto"/> falls back instead.
+    /// </summary>
+    IoUring = 2,
+
+    /// <summary>
+    /// <see cref="IoUring"/> where the kernel allows it, <see cref="Epoll"/> otherwise: the start-up log says which
+    /// runs and why, and <c>kestrel.transport.linux.io_uring.fallbacks</c> counts the loops that fell back.
+    /// </summary>
+    Auto = 3,
 }

@@ -123,7 +123,7 @@ public sealed class LinuxTransportOptions
 
         if (!Enum.IsDefined(IoBackend))
         {
-            yield return $"{nameof(LinuxTransportOptions)}.{nameof(IoBackend)} must be Epoll or EpollAio, but was {(int)IoBackend}.";
+            yield return $"{nameof(LinuxTransportOptions)}.{nameof(IoBackend)} must be Epoll, EpollAio, IoUring or Auto, but was {(int)IoBackend}.";
         }
 
         if (Backlog is < 1 or > 65535)

@@ -15,8 +15,17 @@ internal sealed record KernelFeatures(
     int AioError,
     bool ZeroCopy,
     bool BusyPoll,
-    bool EpollBusyPollParameters)
+    bool EpollBusyPollParameters,
+    string? IoUringUnavailable,
+    uint IoUringSetup,
+    uint IoUringFeatures)
 {
+    // IORING_FEAT_* bits the io_uring engine relies on, where present, with the names the log gives them.
+    private static readonly (uint Bit, string Name)[] s_ringFeatures =
+    [
+        (1u << 1, "NODROP"), (1u << 5, "FAST_POLL"), (1u << 8, "EXT_ARG"), (1u << 11, "CQE_SKIP"), (1u << 13, "REG_REG_RING"),
+    ];
+
     private static readonly Lazy<KernelFeatures> s_current = new(Probe);
 
     public static KernelFeatures Current => s_current.Value;
@@ -25,11 +34,19 @@ internal sealed record KernelFeatures(
 
     public bool Aio => AioError == 0;
 
+    public bool IoUring => IoUringUnavailable is null;
+
+    /// <summary>The io_uring engine's setup flags and the kernel features it uses, as the start-up log names them.</summary>
+    public string IoUringDescription => IoUring
+        ? $"{UringEngine.SetupName(IoUringSetup)}; {string.Join(", ", s_ringFeatures.Where(f => (IoUringFeatures & f.Bit) != 0).Select(f => f.Name))}"
+        : IoUringUnavailable!;
+
     public override string ToString() =>
         $"native engine {(NativeEngine ? "yes" : $"no ({NativeEngineError}; managed P/Invoke path in use)")}, " +
         $"SO_REUSEPORT {YesNo(ReusePort)}, EPOLLEXCLUSIVE {YesNo(EpollExclusive)}, " +
         $"Linux AIO {(Aio ? "yes" : $"no ({(AioError < 0 ? "needs the native engine" : Errno.Describe(AioError))})")}, " +
-        $"MSG_ZEROCOPY {YesNo(ZeroCopy)}, SO_BUSY_POLL {YesNo(BusyPoll)}, epoll busy-poll parameters {YesNo(EpollBusyPollParameters)}";
+        $"MSG_ZEROCOPY {YesNo(ZeroCopy)}, SO_BUSY_POLL {YesNo(BusyPoll)}, epoll busy-poll parameters {YesNo(EpollBusyPollParameters)}, " +
+        $"io_uring {(IoUring ? "yes" : "no")} ({IoUringDescription})";
 
     private static string YesNo(bool value) => value ? "yes" : "no";
 
@@ -62,6 +79,19 @@ internal sealed record KernelFeatures(
             using var executor = BatchExecutor.Create(preferNative: true, aioCapacity: 1, out aioError);
         }
 
-        return new KernelFeatures(Interop.NativeEngine.LoadError, reusePort, exclusive, aioError, zeroCopy, busyPoll, epollParams);
+        // A ring and its eventfd, created and closed again: the same call a loop makes, so the same answer.
+        uint ringSetup = 0, ringFeatures = 0;
+        string? ringUnavailable;
+        using (var ring = UringEngine.TryCreate(out _, out ringUnavailable))
+        {
+            if (ring is not null)
+            {
+                ringSetup = ring.Info.Setup;
+                ringFeatures = ring.Info.Features;
+            }
+        }
+
+        return new KernelFeatures(
+            Interop.NativeEngine.LoadError, reusePort, exclusive, aioError, zeroCopy, busyPoll, epollParams, ringUnavailable, ringSetup, ringFeatures);
     }
 }

@@ -29,8 +29,10 @@ internal sealed class TransportMetrics : IDisposable
             "kestrel.transport.linux.accept.errors", "{error}", "Failed accept4 calls, tagged with the errno name; the listener backs off and retries.");
         AioFallbacks = _meter.CreateCounter<long>(
             "kestrel.transport.linux.aio.fallbacks", "{loop}", "Loops that asked for Linux AIO and fell back to readv/writev.");
+        IoUringFallbacks = _meter.CreateCounter<long>(
+            "kestrel.transport.linux.io_uring.fallbacks", "{loop}", "Loops that IoBackend=Auto (or a failed ring) ran on epoll because io_uring was unavailable.");
         EventsPerPass = _meter.CreateHistogram<int>(
-            "kestrel.transport.linux.pass.events", "{event}", "epoll events handled by one loop pass.");
+            "kestrel.transport.linux.pass.events", "{event}", "Readiness events (epoll or io_uring poll completions) handled by one loop pass.");
         BytesPerPass = _meter.CreateHistogram<long>(
             "kestrel.transport.linux.pass.bytes", "By", "Bytes received or sent by one loop pass's batch, tagged with the direction.");
         ZeroCopySends = _meter.CreateCounter<long>(
@@ -53,6 +55,8 @@ internal sealed class TransportMetrics : IDisposable
     public Counter<long> AcceptErrors { get; }
 
     public Counter<long> AioFallbacks { get; }
+
+    public Counter<long> IoUringFallbacks { get; }
 
     public Histogram<int> EventsPerPass { get; }
 

@@ -38,6 +38,8 @@ internal sealed unsafe class EpollEngine : IoEngine
 
     public override string Name => $"{(UsesAio ? "epoll+aio" : "epoll")}, {(IsNative ? "native" : "managed")}";
 
+    public override IoBackend Backend => UsesAio ? IoBackend.EpollAio : IoBackend.Epoll;
+
     public override bool IsNative => _executor.IsNative;
 
     public override bool UsesAio => _executor.UsesAio;

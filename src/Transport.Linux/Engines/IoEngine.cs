@@ -36,11 +36,22 @@ internal abstract class IoEngine : IDisposable
     /// <summary>The backend as the loop's start-up log names it, for example "epoll, native".</summary>
     public abstract string Name { get; }
 
+    /// <summary>The backend this engine is (never <see cref="IoBackend.Auto"/>; <see cref="IoBackend.Epoll"/> where AIO was asked for but not had).</summary>
+    public abstract IoBackend Backend { get; }
+
     /// <summary>True when batches go through libktl_native.so; false on the managed P/Invoke path.</summary>
     public abstract bool IsNative { get; }
 
     /// <summary>True when batches go to the kernel as one Linux AIO io_submit.</summary>
     public abstract bool UsesAio { get; }
+
+    /// <summary>
+    /// Called once on the loop thread before anything else: binds the kernel state that belongs to one thread
+    /// (an io_uring ring with a single issuer). Throws when the engine cannot run.
+    /// </summary>
+    public virtual void Start()
+    {
+    }
 
     /// <summary>Starts watching <paramref name="fd"/> for <paramref name="events"/> (epoll(7) bits), reporting them for <paramref name="owner"/>.</summary>
     public abstract SysResult Register(int fd, object owner, uint events);

@@ -1,4 +1,5 @@
 using Kestrel.Transport.Linux.Diagnostics;
+using Kestrel.Transport.Linux.Engines;
 using Kestrel.Transport.Linux.Loop;
 using Microsoft.AspNetCore.Connections;
 using Microsoft.Extensions.Logging;
@@ -17,13 +18,14 @@ internal sealed class EventLoopGroup
 
     public EventLoopGroup(LinuxTransportOptions options, IMemoryPoolFactory<byte> poolFactory, ILogger logger, TransportMetrics metrics)
     {
+        var backend = EngineChoice.Resolve(options, logger, metrics);
         _loops = new EventLoop[options.ThreadCount];
         try
         {
             for (int i = 0; i < _loops.Length; i++)
             {
                 var pool = poolFactory.Create(new MemoryPoolOptions { Owner = "Kestrel.Transport.Linux" });
-                _loops[i] = new EventLoop(i, options, pool, logger, metrics);
+                _loops[i] = new EventLoop(i, options, backend, pool, logger, metrics);
             }
         }
         catch

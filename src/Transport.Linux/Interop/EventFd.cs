@@ -13,7 +13,10 @@ internal static unsafe partial class EventFd
 
     public static SysResult Create() => SysResult.Of(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
 
-    /// <summary>Adds one to the counter, waking an epoll_wait that watches the fd.</summary>
+    /// <summary>A blocking eventfd, for an io_uring ring's pending read (a write of 1 never blocks in practice).</summary>
+    public static SysResult CreateBlocking() => SysResult.Of(eventfd(0, EFD_CLOEXEC));
+
+    /// <summary>Adds one to the counter, waking an epoll_wait that watches the fd, or completing a ring's read of it.</summary>
     public static void Signal(int fd)
     {
         ulong one = 1;

@@ -18,11 +18,33 @@ internal unsafe struct IoOp
     private readonly int _reserved; // must be 0
 }
 
+/// <summary>What a ring is and what the kernel offers: mirrors <c>ktl_ring_info</c>.</summary>
+[StructLayout(LayoutKind.Sequential)]
+internal struct RingInfo
+{
+    /// <summary>IORING_SETUP_* flags in use.</summary>
+    public uint Setup;
+    /// <summary>IORING_FEAT_* flags of the kernel.</summary>
+    public uint Features;
+    public uint SubmissionEntries;
+    public uint CompletionEntries;
+}
+
+/// <summary>One poll completion: mirrors <c>ktl_cqe</c> (16 bytes).</summary>
+[StructLayout(LayoutKind.Sequential)]
+internal struct RingCompletion
+{
+    public ulong UserData;
+    /// <summary>The ready events (epoll/poll bits), or -errno.</summary>
+    public int Result;
+    public uint Flags;
+}
+
 /// <summary>The native batch engine, libktl_native.so (src/Native). Everything here mirrors ktl.h.</summary>
 internal static unsafe partial class NativeEngine
 {
     public const string LibraryName = "ktl_native";
-    public const int AbiVersion = 2;
+    public const int AbiVersion = 3;
     public const int Receive = 0;
     public const int Send = 1;
 
@@ -51,6 +73,36 @@ internal static unsafe partial class NativeEngine
 
     [LibraryImport(LibraryName, EntryPoint = "ktl_batch")]
     public static partial int ktl_batch(nint engine, int direction, int useAio, IoOp* ops, int count);
+
+    /// <summary>KTL_CQE_MORE (IORING_CQE_F_MORE): the multishot poll is still armed.</summary>
+    public const uint CqeMore = 2;
+
+    /// <summary>IORING_SETUP_* flags a ring may report in <see cref="RingInfo.Setup"/>.</summary>
+    public const uint SetupCoopTaskRun = 1u << 8, SetupSingleIssuer = 1u << 12, SetupDeferTaskRun = 1u << 13;
+
+    [LibraryImport(LibraryName, EntryPoint = "ktl_ring_supported")]
+    public static partial int ktl_ring_supported();
+
+    [LibraryImport(LibraryName, EntryPoint = "ktl_ring_create")]
+    public static partial nint ktl_ring_create(int entries, RingInfo* info, int* error);
+
+    [LibraryImport(LibraryName, EntryPoint = "ktl_ring_start")]
+    public static partial int ktl_ring_start(nint ring, int wakeFd);
+
+    [LibraryImport(LibraryName, EntryPoint = "ktl_ring_poll")]
+    public static partial int ktl_ring_poll(nint ring, int fd, uint events, ulong userData);
+
+    [LibraryImport(LibraryName, EntryPoint = "ktl_ring_cancel")]
+    public static partial int ktl_ring_cancel(nint ring, ulong userData, int submit);
+
+    [LibraryImport(LibraryName, EntryPoint = "ktl_ring_wait")]
+    public static partial int ktl_ring_wait(nint ring, int timeoutMs, RingCompletion* events, int capacity);
+
+    [LibraryImport(LibraryName, EntryPoint = "ktl_ring_batch")]
+    public static partial int ktl_ring_batch(nint ring, int direction, IoOp* ops, int count);
+
+    [LibraryImport(LibraryName, EntryPoint = "ktl_ring_destroy")]
+    public static partial void ktl_ring_destroy(nint ring);
 
     private static string? TryLoad()
     {

@@ -48,7 +48,7 @@ internal sealed class EventLoop : PipeScheduler
     private long _passCount;
     private long _bytesSentOffLoop;
 
-    public EventLoop(int index, LinuxTransportOptions options, MemoryPool<byte> pool, ILogger logger, TransportMetrics metrics)
+    public EventLoop(int index, LinuxTransportOptions options, IoBackend backend, MemoryPool<byte> pool, ILogger logger, TransportMetrics metrics)
     {
         Index = index;
         Options = options;
@@ -56,13 +56,7 @@ internal sealed class EventLoop : PipeScheduler
         Metrics = metrics;
         Pool = pool;
 
-        Engine = EpollEngine.Create(options.IoBackend, options.Tuning.UseNativeEngine, out string? aioUnavailable);
-        if (aioUnavailable is not null)
-        {
-            TransportLog.AioUnavailable(logger, index, aioUnavailable);
-            metrics.AioFallbacks.Add(1);
-        }
-
+        Engine = EngineChoice.Create(backend, options, index, logger, metrics);
         _wakeup = new LoopWakeup(Engine);
         SocketOptions = new AcceptedSocketOptions(options, logger, index);
         _acceptor = new Acceptor(this, SocketOptions);
@@ -270,6 +264,7 @@ internal sealed class EventLoop : PipeScheduler
         LoopThreadPolicy.Apply(Options, Index, Logger);
         try
         {
+            Engine.Start();
             TransportLog.LoopStarted(Logger, Index, Engine.Name, Engine.UsesAio);
             while (true)
             {

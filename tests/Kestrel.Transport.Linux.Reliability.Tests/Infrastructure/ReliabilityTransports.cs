@@ -16,5 +16,5 @@ public static class ReliabilityTransports
 
     /// <summary>Where it matters which engine performs the batch, and where the app runs.</summary>
     public static TheoryData<TransportKind> Engines =>
-        new() { TransportKind.Sockets, TransportKind.LinuxNative, TransportKind.LinuxManaged, TransportKind.LinuxInline, TransportKind.LinuxAio };
+        new() { TransportKind.Sockets, TransportKind.LinuxNative, TransportKind.LinuxManaged, TransportKind.LinuxInline, TransportKind.LinuxAio, TransportKind.LinuxIoUring };
 }

@@ -19,7 +19,7 @@ public sealed class NoDataLostTests(ITestOutputHelper output)
         new()
         {
             TransportKind.Sockets, TransportKind.LinuxNative, TransportKind.LinuxInline, TransportKind.LinuxManaged,
-            TransportKind.LinuxAio, TransportKind.LinuxImmediateSend, TransportKind.LinuxZeroCopy,
+            TransportKind.LinuxAio, TransportKind.LinuxImmediateSend, TransportKind.LinuxZeroCopy, TransportKind.LinuxIoUring,
         };
 
     /// <summary>

@@ -22,7 +22,7 @@ public sealed class LargestBatchTests(ITestOutputHelper output)
     /// still while the batch builds up; the kinds differ by engine: native readv/sendmsg, managed, AIO io_submit.
     /// </summary>
     public static TheoryData<TransportKind> Kinds =>
-        new() { TransportKind.Sockets, TransportKind.LinuxInline, TransportKind.LinuxManaged, TransportKind.LinuxAio };
+        new() { TransportKind.Sockets, TransportKind.LinuxInline, TransportKind.LinuxManaged, TransportKind.LinuxAio, TransportKind.LinuxIoUring };
 
     /// <summary>
     /// Proves that one loop (ThreadCount = 1) serves 4,000 connections correctly when all of them become ready

@@ -45,6 +45,12 @@ public enum TransportKind
     /// (where the kernel copies anyway and would otherwise turn them off after the first completion).
     /// </summary>
     LinuxZeroCopy,
+
+    /// <summary>
+    /// The Linux transport on the io_uring engine (IoBackend.IoUring): a ring per loop, multishot polls, batches as
+    /// one io_uring_enter each. Pool threads send as in <see cref="LinuxNative"/>.
+    /// </summary>
+    LinuxIoUring,
 }
 
 /// <summary>The theory data that selects transports, and the options each kind stands for.</summary>
@@ -55,7 +61,11 @@ public static class Transports
 
     /// <summary>Transport-level tests: the test drives the pipes itself, so Inline scheduling adds nothing there.</summary>
     public static TheoryData<TransportKind> ConnectionLevel =>
-        new() { TransportKind.Sockets, TransportKind.LinuxNative, TransportKind.LinuxManaged, TransportKind.LinuxAio, TransportKind.LinuxZeroCopy };
+        new()
+        {
+            TransportKind.Sockets, TransportKind.LinuxNative, TransportKind.LinuxManaged, TransportKind.LinuxAio, TransportKind.LinuxZeroCopy,
+            TransportKind.LinuxIoUring,
+        };
 
     /// <summary>Host-level tests: every kind, Inline included.</summary>
     public static TheoryData<TransportKind> HostLevel =>
@@ -63,6 +73,7 @@ public static class Transports
         {
             TransportKind.Sockets, TransportKind.LinuxNative, TransportKind.LinuxManaged, TransportKind.LinuxInline,
             TransportKind.LinuxInlineSpin, TransportKind.LinuxAio, TransportKind.LinuxImmediateSend, TransportKind.LinuxZeroCopy,
+            TransportKind.LinuxIoUring,
         };
 
     /// <summary>For behaviour only the Linux transport has (its own options).</summary>
@@ -79,7 +90,12 @@ public static class Transports
         options.ApplicationSchedulingMode = kind.IsInline()
             ? ApplicationSchedulingMode.Inline
             : ApplicationSchedulingMode.ThreadPool;
-        options.IoBackend = kind == TransportKind.LinuxAio ? IoBackend.EpollAio : IoBackend.Epoll;
+        options.IoBackend = kind switch
+        {
+            TransportKind.LinuxAio => IoBackend.EpollAio,
+            TransportKind.LinuxIoUring => IoBackend.IoUring,
+            _ => IoBackend.Epoll,
+        };
         options.Tuning.DeferSend = kind != TransportKind.LinuxImmediateSend;
 
         // These two test the loop's own send paths, which sends from the pool threads would bypass.
@@ -127,6 +143,7 @@ public static class Transports
         {
             Assert.Equal(kind != TransportKind.LinuxManaged, loop.Engine.IsNative);
             Assert.Equal(kind == TransportKind.LinuxAio, loop.Engine.UsesAio);
+            Assert.Equal(kind == TransportKind.LinuxIoUring ? IoBackend.IoUring : kind == TransportKind.LinuxAio ? IoBackend.EpollAio : IoBackend.Epoll, loop.Engine.Backend);
         }
     }
 }

@@ -25,7 +25,7 @@ public sealed class DispatchQueueTests : IDisposable
 
     public DispatchQueueTests()
     {
-        _loop = new EventLoop(0, new LinuxTransportOptions { ThreadCount = 1 }, MemoryPool<byte>.Shared, NullLogger.Instance, _metrics);
+        _loop = new EventLoop(0, new LinuxTransportOptions { ThreadCount = 1 }, IoBackend.Epoll, MemoryPool<byte>.Shared, NullLogger.Instance, _metrics);
         _loop.Start();
     }
 

@@ -19,6 +19,7 @@ public sealed class ReadSizeTests(ITestOutputHelper output)
         { TransportKind.LinuxNative, 64 * 1024, 8 * 1024 },
         { TransportKind.LinuxManaged, 64 * 1024, 8 * 1024 },
         { TransportKind.LinuxAio, 64 * 1024, 8 * 1024 },
+        { TransportKind.LinuxIoUring, 64 * 1024, 8 * 1024 },
         { TransportKind.LinuxNative, 4096, 0 },
     };
 

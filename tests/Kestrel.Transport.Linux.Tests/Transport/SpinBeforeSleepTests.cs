@@ -22,7 +22,7 @@ public sealed class SpinBeforeSleepTests
     {
         const int SpinMicroseconds = 500_000;
         using var metrics = new TransportMetrics(meterFactory: null);
-        var loop = new EventLoop(0, new LinuxTransportOptions { ThreadCount = 1, ApplicationSchedulingMode = ApplicationSchedulingMode.Inline, SpinBeforeSleepMicroseconds = SpinMicroseconds }, MemoryPool<byte>.Shared, NullLogger.Instance, metrics);
+        var loop = new EventLoop(0, new LinuxTransportOptions { ThreadCount = 1, ApplicationSchedulingMode = ApplicationSchedulingMode.Inline, SpinBeforeSleepMicroseconds = SpinMicroseconds }, IoBackend.Epoll, MemoryPool<byte>.Shared, NullLogger.Instance, metrics);
         loop.Start();
         try
         {

@@ -1,0 +1,84 @@
+using Kestrel.Transport.Linux.Diagnostics;
+using Microsoft.Extensions.Logging;
+
+namespace Kestrel.Transport.Linux.Engines;
+
+/// <summary>
+/// Which engine each loop runs: <see cref="LinuxTransportOptions.IoBackend"/> resolved once per loop group
+/// (<see cref="IoBackend.Auto"/> decided, an explicit <see cref="IoBackend.IoUring"/> checked), then one engine
+/// per loop, with the fallbacks logged and counted.
+/// </summary>
+internal static class EngineChoice
+{
+    /// <summary>
+    /// For the group, before its loops exist: the backend the loops should run. Throws when <see cref="IoBackend.IoUring"/>
+    /// was asked for and cannot be had, naming the cause.
+    /// </summary>
+    public static IoBackend Resolve(LinuxTransportOptions options, ILogger logger, TransportMetrics metrics)
+    {
+        if (options.IoBackend is not (IoBackend.IoUring or IoBackend.Auto))
+        {
+            return options.IoBackend;
+        }
+
+        var features = KernelFeatures.Current;
+        string? unavailable = !options.Tuning.UseNativeEngine
+            ? "the managed engine (UseNativeEngine off) has no io_uring path"
+            : features.IoUringUnavailable;
+        if (unavailable is null)
+        {
+            if (options.IoBackend == IoBackend.Auto)
+            {
+                TransportLog.IoUringChosen(logger, UringEngine.SetupName(features.IoUringSetup));
+            }
+
+            return IoBackend.IoUring;
+        }
+
+        if (options.IoBackend == IoBackend.IoUring)
+        {
+            throw Unavailable(unavailable);
+        }
+
+        TransportLog.IoUringUnavailable(logger, unavailable);
+        metrics.IoUringFallbacks.Add(options.ThreadCount);
+        return IoBackend.Epoll;
+    }
+
+    /// <summary>Loop <paramref name="loop"/>'s engine for the group's resolved <paramref name="backend"/>.</summary>
+    public static IoEngine Create(IoBackend backend, LinuxTransportOptions options, int loop, ILogger logger, TransportMetrics metrics)
+    {
+        if (backend == IoBackend.IoUring)
+        {
+            var ring = UringEngine.TryCreate(out _, out string? reason);
+            if (ring is not null)
+            {
+                return ring;
+            }
+
+            // The probe worked but this loop's ring did not (the memlock limit or the fd limit reached, say).
+            if (options.IoBackend == IoBackend.IoUring)
+            {
+                throw Unavailable($"loop {loop}: {reason}");
+            }
+
+            TransportLog.LoopIoUringUnavailable(logger, loop, reason!);
+            metrics.IoUringFallbacks.Add(1);
+            backend = IoBackend.Epoll;
+        }
+
+        var engine = EpollEngine.Create(backend, options.Tuning.UseNativeEngine, out string? aioUnavailable);
+        if (aioUnavailable is not null)
+        {
+            TransportLog.AioUnavailable(logger, loop, aioUnavailable);
+            metrics.AioFallbacks.Add(1);
+        }
+
+        return engine;
+    }
+
+    private static InvalidOperationException Unavailable(string reason) => new(
+        $"{nameof(LinuxTransportOptions)}.{nameof(LinuxTransportOptions.IoBackend)} is {nameof(IoBackend.IoUring)}, but io_uring is not " +
+        $"available here: {reason}. Set {nameof(LinuxTransportOptions.IoBackend)} to {nameof(IoBackend.Auto)} (falls back to epoll) or " +
+        $"{nameof(IoBackend.Epoll)}; docs/troubleshooting.md has the remedies.");
+}

@@ -1,0 +1,301 @@
+using System.Runtime.InteropServices;
+using Kestrel.Transport.Linux.Diagnostics;
+using Kestrel.Transport.Linux.Interop;
+
+namespace Kestrel.Transport.Linux.Engines;
+
+/// <summary>
+/// The io_uring backend (<see cref="IoBackend.IoUring"/>): one ring per loop, in libktl_native.so. Each registered
+/// socket has a multishot poll in the ring, whose completions are the loop's events (edge-triggered, as the epoll
+/// registrations are); the wake-up is a pending read of a blocking eventfd; a pass's receive or send batch is
+/// one <c>io_uring_enter</c> that returns with every op's result, so pipe memory is never left with the kernel.
+/// </summary>
+/// <remarks>
+/// A poll's completions carry its fd and a generation number. Every registration takes a new generation, and
+/// forgetting an fd clears it, so a completion that was already queued for an fd's previous registration (a
+/// closed connection whose number was reused, a paused listener) is recognised and dropped.
+/// </remarks>
+internal sealed unsafe class UringEngine : IoEngine
+{
+    /// <summary>Submission slots per ring; the completion queue is four times larger. A larger batch is submitted in parts.</summary>
+    public const int RingEntries = 1024;
+
+    /// <summary>Events one wait may return, as <see cref="EpollEngine.EventCapacity"/>.</summary>
+    public const int EventCapacity = EpollEngine.EventCapacity;
+
+    private const int Ecanceled = 125;
+    private const int Eopnotsupp = 95;
+
+    private readonly OwnedFd _wake;
+    private readonly RingCompletion* _events;
+    private readonly object?[] _eventOwners = new object?[EventCapacity];
+    private readonly uint[] _eventBits = new uint[EventCapacity];
+    private readonly RingExecutor _executor;
+    private nint _ring;
+
+    // Per fd number: who registered it, its poll's generation (0: none armed) and events, for re-arming.
+    private object?[] _owners = new object?[1024];
+    private uint[] _generations = new uint[1024];
+    private uint[] _pollEvents = new uint[1024];
+    private uint _lastGeneration;
+    private bool _disposed;
+
+    private UringEngine(nint ring, RingInfo info, OwnedFd wake)
+    {
+        _ring = ring;
+        _wake = wake;
+        Info = info;
+        _executor = new RingExecutor(this);
+        _events = (RingCompletion*)NativeMemory.Alloc((nuint)(EventCapacity * sizeof(RingCompletion)));
+    }
+
+    /// <summary>The ring's setup flags and the kernel's io_uring features.</summary>
+    public RingInfo Info { get; }
+
+    public override IoBackend Backend => IoBackend.IoUring;
+
+    public override string Name => $"io_uring ({SetupName(Info.Setup)}), native";
+
+    public override bool IsNative => true;
+
+    public override bool UsesAio => false;
+
+    /// <summary>
+    /// Creates a ring (disabled until <see cref="Start"/> runs on the loop thread), or returns null with the positive
+    /// errno of the failure and a description of the likely cause.
+    /// </summary>
+    public static UringEngine? TryCreate(out int error, out string? reason)
+    {
+        reason = null;
+        error = 0;
+        if (!NativeEngine.IsSupported)
+        {
+            error = Errno.ENOSYS;
+            reason = $"the io_uring engine is part of libktl_native.so, which is not in use ({NativeEngine.LoadError})";
+            return null;
+        }
+
+        if (NativeEngine.ktl_ring_supported() == 0)
+        {
+            error = Errno.ENOSYS;
+            reason = "this build of libktl_native.so has no io_uring engine (it was built without liburing-dev)";
+            return null;
+        }
+
+        RingInfo info;
+        int ringError;
+        nint ring = NativeEngine.ktl_ring_create(RingEntries, &info, &ringError);
+        if (ring == 0)
+        {
+            error = ringError;
+            reason = IoUringTroubleshooting.Explain(ringError);
+            return null;
+        }
+
+        // Blocking on purpose: the ring's read of it waits for a write (a non-blocking one would complete at once).
+        var wake = EventFd.CreateBlocking();
+        if (wake.IsError)
+        {
+            NativeEngine.ktl_ring_destroy(ring);
+            error = wake.Error;
+            reason = $"eventfd failed: {Errno.Describe(error)}";
+            return null;
+        }
+
+        return new UringEngine(ring, info, OwnedFd.Take(wake, "eventfd"));
+    }
+
+    /// <summary>The IORING_SETUP_* flags that matter here, as a log names them.</summary>
+    public static string SetupName(uint setup) =>
+        (setup & NativeEngine.SetupDeferTaskRun) != 0 ? "SINGLE_ISSUER|DEFER_TASKRUN"
+        : (setup & NativeEngine.SetupCoopTaskRun) != 0 ? "COOP_TASKRUN"
+        : "plain";
+
+    public override void Start()
+    {
+        int result = NativeEngine.ktl_ring_start(_ring, _wake.Value);
+        if (result < 0)
+        {
+            throw Errno.ToException(-result, "io_uring: enabling the loop's ring");
+        }
+    }
+
+    public override SysResult Register(int fd, object owner, uint events)
+    {
+        EnsureCapacity(fd);
+        _owners[fd] = owner;
+        return Arm(fd, events & ~Epoll.EPOLLET);
+    }
+
+    public override SysResult Pause(int fd)
+    {
+        if (fd >= _generations.Length || _generations[fd] == 0)
+        {
+            return SysResult.FromNative(-Errno.ENOENT);
+        }
+
+        ulong userData = UserData(fd, _generations[fd]);
+        _generations[fd] = 0;
+        return SysResult.FromNative(NativeEngine.ktl_ring_cancel(_ring, userData, submit: 0));
+    }
+
+    public override SysResult Resume(int fd, uint events) => Arm(fd, events & ~Epoll.EPOLLET);
+
+    public override void Unregister(int fd, object owner, bool stillOpen)
+    {
+        if (fd >= _owners.Length || !ReferenceEquals(_owners[fd], owner))
+        {
+            return;
+        }
+
+        _owners[fd] = null;
+        uint generation = _generations[fd];
+        _generations[fd] = 0;
+        if (generation != 0)
+        {
+            // The poll holds its own reference to the socket, so its removal goes to the kernel now (one
+            // io_uring_enter): otherwise closing the fd would not release the socket, a peer would see no FIN,
+            // and an unbound listener would go on taking connections into its backlog until the next wait.
+            _ = NativeEngine.ktl_ring_cancel(_ring, UserData(fd, generation), submit: 1);
+        }
+    }
+
+    public override int Wait(int timeoutMs)
+    {
+        int count = NativeEngine.ktl_ring_wait(_ring, timeoutMs, _events, EventCapacity);
+        if (count < 0)
+        {
+            if (count == -Errno.EINTR)
+            {
+                return 0;
+            }
+
+            throw Errno.ToException(-count, "io_uring_enter (the loop's wait)");
+        }
+
+        for (int i = 0; i < count; i++)
+        {
+            Resolve(i);
+        }
+
+        return count;
+    }
+
+    public override object? OwnerAt(int index) => _eventOwners[index];
+
+    public override uint EventsAt(int index) => _eventBits[index];
+
+    public override void Signal() => EventFd.Signal(_wake.Value);
+
+    public override void Execute(IoBatch batch, IoDirection direction) => batch.Execute(_executor, direction);
+
+    /// <summary>The epoll busy-poll parameters have no ring counterpart here (IORING_REGISTER_NAPI is not used).</summary>
+    public override SysResult SetBusyPoll(uint microseconds) => SysResult.FromNative(-Eopnotsupp);
+
+    public override void Dispose()
+    {
+        if (_disposed)
+        {
+            return;
+        }
+
+        _disposed = true;
+        nint ring = Interlocked.Exchange(ref _ring, 0);
+        NativeEngine.ktl_ring_destroy(ring);
+        _wake.Dispose();
+        NativeMemory.Free(_events);
+    }
+
+    private static ulong UserData(int fd, uint generation) => ((ulong)generation << 32) | (uint)fd;
+
+    private SysResult Arm(int fd, uint events)
+    {
+        EnsureCapacity(fd);
+
+        // 31 bits: bit 63 of the user data is the native engine's own.
+        _lastGeneration = _lastGeneration == int.MaxValue ? 1 : _lastGeneration + 1;
+        _generations[fd] = _lastGeneration;
+        _pollEvents[fd] = events;
+        int result = NativeEngine.ktl_ring_poll(_ring, fd, events, UserData(fd, _lastGeneration));
+        if (result < 0)
+        {
+            _generations[fd] = 0;
+        }
+
+        return SysResult.FromNative(result);
+    }
+
+    /// <summary>Turns the <paramref name="index"/>-th completion into an owner and its events, re-arming a poll that ended.</summary>
+    private void Resolve(int index)
+    {
+        RingCompletion completion = _events[index];
+        int fd = (int)(uint)completion.UserData;
+        uint generation = (uint)(completion.UserData >> 32);
+        _eventOwners[index] = null;
+        _eventBits[index] = 0;
+        if (fd >= _generations.Length || _generations[fd] != generation)
+        {
+            return; // a poll that was removed, or that belonged to an earlier use of this fd number
+        }
+
+        bool armed = (completion.Flags & NativeEngine.CqeMore) != 0;
+        if (completion.Result >= 0)
+        {
+            _eventOwners[index] = _owners[fd];
+            _eventBits[index] = (uint)completion.Result;
+            if (!armed)
+            {
+                // The kernel ends a multishot poll when it cannot post a completion (a full completion queue).
+                _ = Arm(fd, _pollEvents[fd]);
+            }
+        }
+        else if (completion.Result == -Ecanceled)
+        {
+            // Not removed by this engine (it clears the generation first): the ring cancelled it, so arm it again.
+            _ = Arm(fd, _pollEvents[fd]);
+        }
+        else
+        {
+            // The poll itself failed: the owner hears an error, as epoll would report EPOLLERR.
+            _generations[fd] = 0;
+            _eventOwners[index] = _owners[fd];
+            _eventBits[index] = Epoll.EPOLLERR | Epoll.EPOLLHUP;
+        }
+    }
+
+    private void EnsureCapacity(int fd)
+    {
+        if (fd >= _owners.Length)
+        {
+            int size = Math.Max(fd + 1, _owners.Length * 2);
+            Array.Resize(ref _owners, size);
+            Array.Resize(ref _generations, size);
+            Array.Resize(ref _pollEvents, size);
+        }
+    }
+
+    /// <summary>A batch as one <c>ktl_ring_batch</c>: every op has its result when the call returns. Loop thread only.</summary>
+    private sealed class RingExecutor(UringEngine engine) : BatchExecutor
+    {
+        public override bool IsNative => true;
+
+        public override bool UsesAio => false;
+
+        public override void Execute(IoDirection direction, IoOp* ops, int count)
+        {
+            int result = NativeEngine.ktl_ring_batch(engine._ring, (int)direction, ops, count);
+            if (result < 0)
+            {
+                // The batch as a whole failed (the ring is unusable): every op reports it, none reads as end of stream.
+                for (int i = 0; i < count; i++)
+                {
+                    ops[i].Result = result;
+                }
+            }
+        }
+
+        public override void Dispose()
+        {
+        }
+    }
+}
