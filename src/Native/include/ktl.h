@@ -144,19 +144,24 @@ KTL_EXPORT ktl_ring *ktl_ring_create(int32_t entries, ktl_ring_info *info, int32
 KTL_EXPORT int32_t ktl_ring_start(ktl_ring *ring, int32_t wake_fd);
 
 /*
- * Queues a multishot poll of fd for events (poll(2) bits; EPOLLEXCLUSIVE allowed; EPOLLET
- * is implied) whose completions carry user_data (bit 63 clear). Submitted by the next
- * ktl_ring_wait or ktl_ring_batch. Returns 0 or -errno.
+ * Queues a poll of fd for events (poll(2)/epoll(7) bits; EPOLLEXCLUSIVE allowed) whose
+ * completions carry user_data (bit 63 clear). With EPOLLET it is multishot and reports
+ * edges, as an edge-triggered epoll registration does; without, it is one-shot, and the
+ * caller re-arms it after each completion, which then reports the level again at once if
+ * it still holds. Submitted by the next ktl_ring_wait, ktl_ring_batch or ktl_ring_remove.
+ * Returns 0 or -errno.
  */
 KTL_EXPORT int32_t ktl_ring_poll(ktl_ring *ring, int32_t fd, uint32_t events, uint64_t user_data);
 
 /*
- * Queues the removal of the poll with user_data. Its final completion (-ECANCELED) still
- * arrives through ktl_ring_wait. submit != 0 hands it to the kernel at once (one
- * io_uring_enter): the poll holds a reference to the socket, which closing the fd alone
- * would not release. Returns 0 or -errno.
+ * Removes the poll with user_data. wait != 0: submits now and returns once the poll has
+ * ended for good, its last completion consumed here (not reported): the poll holds a
+ * reference to the socket, so only then does closing the fd release it (FIN or RST goes
+ * out, an unbound listener stops taking connections). Usually one io_uring_enter. wait == 0:
+ * only queues the removal; the poll's -ECANCELED then comes through ktl_ring_wait.
+ * Returns 0 or -errno.
  */
-KTL_EXPORT int32_t ktl_ring_cancel(ktl_ring *ring, uint64_t user_data, int32_t submit);
+KTL_EXPORT int32_t ktl_ring_remove(ktl_ring *ring, uint64_t user_data, int32_t wait);
 
 /*
  * Submits what is queued and waits up to timeout_ms (-1: no limit, 0: only looks) for

@@ -7,8 +7,9 @@
  *   - the wake-up: one pending read of the loop's eventfd (KTL_TAG_WAKE), re-armed each
  *     time it completes, so another thread's eventfd write ends a wait;
  *   - a batch's ops (KTL_TAG_OP | index), which never outlive ktl_ring_batch.
- * Removals are submitted with IOSQE_CQE_SKIP_SUCCESS and a tag that is dropped if they
- * fail; the poll they remove reports its own final -ECANCELED completion.
+ * A removal either waits, inside ktl_ring_remove, for the poll's last completion (an fd
+ * about to be closed), or is queued quietly (IOSQE_CQE_SKIP_SUCCESS) and the poll's
+ * -ECANCELED arrives through ktl_ring_wait like any completion.
  *
  * Built only where liburing was found (KTL_HAVE_URING); otherwise every entry point
  * reports ENOSYS and the managed side falls back to epoll.
@@ -17,6 +18,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -31,6 +33,7 @@
 #define KTL_TAG_WAKE (KTL_RING_INTERNAL | (1ull << 56))
 #define KTL_TAG_OP (KTL_RING_INTERNAL | (2ull << 56))
 #define KTL_TAG_REMOVE (KTL_RING_INTERNAL | (3ull << 56))
+#define KTL_TAG_REMOVE_QUIET (KTL_RING_INTERNAL | (4ull << 56))
 
 struct ktl_ring {
     struct io_uring ring;
@@ -138,7 +141,7 @@ static int32_t reap(ktl_ring *ring, ktl_cqe *out, int32_t capacity, ktl_op *ops,
                 ring->wake_error = -cqe->res;
             }
         }
-        /* KTL_TAG_REMOVE: a removal whose poll had already ended; nothing to do. */
+        /* KTL_TAG_REMOVE_QUIET: a removal whose poll had already ended; nothing to do. */
         seen++;
     }
     io_uring_cq_advance(&ring->ring, seen);
@@ -229,14 +232,56 @@ KTL_EXPORT int32_t ktl_ring_poll(ktl_ring *ring, int32_t fd, uint32_t events, ui
     sqe = next_sqe(ring);
     if (sqe == NULL)
         return -EBUSY;
-    io_uring_prep_poll_multishot(sqe, fd, events);
+    if (events & EPOLLET)
+        io_uring_prep_poll_multishot(sqe, fd, events & ~(uint32_t)EPOLLET);
+    else
+        io_uring_prep_poll_add(sqe, fd, events); /* one-shot: re-armed, it reports the level again */
     io_uring_sqe_set_data64(sqe, user_data);
     return 0;
 }
 
-KTL_EXPORT int32_t ktl_ring_cancel(ktl_ring *ring, uint64_t user_data, int32_t submit)
+/* Reaps until the removal (KTL_TAG_REMOVE) has answered and, if it found the poll, until the
+ * poll's last completion has been seen; keeps every other poll completion for the next wait. */
+static int32_t reap_removal(ktl_ring *ring, uint64_t user_data, int *removal_done, int *poll_done)
+{
+    struct io_uring_cqe *cqe;
+    unsigned head;
+    unsigned seen = 0;
+
+    io_uring_for_each_cqe(&ring->ring, head, cqe) {
+        uint64_t data = cqe->user_data;
+        seen++;
+        if (data == user_data) {
+            if (!(cqe->flags & IORING_CQE_F_MORE))
+                *poll_done = 1; /* its last word: -ECANCELED, or an event that ended it */
+            continue;           /* the caller forgets this fd: its events go nowhere */
+        }
+        if (data == KTL_TAG_REMOVE) {
+            *removal_done = 1;
+            if (cqe->res != 0 && cqe->res != -EALREADY)
+                *poll_done = 1; /* -ENOENT: the poll had already ended */
+            continue;
+        }
+        if ((data & KTL_RING_INTERNAL) == 0) {
+            (void)keep_pending(ring, cqe);
+        } else if ((data & KTL_TAG_MASK) == KTL_TAG_WAKE) {
+            if (cqe->res >= 0 || cqe->res == -EINTR || cqe->res == -EAGAIN) {
+                if (arm_wake(ring) != 0)
+                    ring->wake_error = EBUSY;
+            } else if (cqe->res != -ECANCELED) {
+                ring->wake_error = -cqe->res;
+            }
+        }
+    }
+    io_uring_cq_advance(&ring->ring, seen);
+    return 0;
+}
+
+KTL_EXPORT int32_t ktl_ring_remove(ktl_ring *ring, uint64_t user_data, int32_t wait)
 {
     struct io_uring_sqe *sqe;
+    int removal_done = 0, poll_done = 0;
+    int ret;
 
     if (ring == NULL || (user_data & KTL_RING_INTERNAL) != 0)
         return -EINVAL;
@@ -244,15 +289,25 @@ KTL_EXPORT int32_t ktl_ring_cancel(ktl_ring *ring, uint64_t user_data, int32_t s
     if (sqe == NULL)
         return -EBUSY;
     io_uring_prep_poll_remove(sqe, user_data);
-    io_uring_sqe_set_data64(sqe, KTL_TAG_REMOVE);
-    sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
-    if (submit) {
-        /* With GETEVENTS, so the removal's deferred completion work runs now and the poll
-         * lets go of the socket before the caller closes its fd. */
-        int ret = io_uring_submit_and_get_events(&ring->ring);
-        return ret < 0 && ret != -EINTR && ret != -EBUSY && ret != -EAGAIN ? ret : 0;
+    if (!wait) {
+        io_uring_sqe_set_data64(sqe, KTL_TAG_REMOVE_QUIET);
+        sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
+        return 0;
     }
-    return 0;
+
+    /* Usually one io_uring_enter: the removal and the poll's -ECANCELED complete in it. The
+     * poll holds a reference to the socket until its last completion, so returning earlier
+     * would let the caller close an fd whose socket the kernel still keeps open. */
+    io_uring_sqe_set_data64(sqe, KTL_TAG_REMOVE);
+    ret = io_uring_submit_and_get_events(&ring->ring);
+    for (;;) {
+        if (ret < 0 && ret != -EINTR && ret != -EAGAIN && ret != -EBUSY && ret != -ETIME)
+            return ret;
+        reap_removal(ring, user_data, &removal_done, &poll_done);
+        if (removal_done && poll_done)
+            return 0;
+        ret = io_uring_submit_and_wait(&ring->ring, 1);
+    }
 }
 
 KTL_EXPORT int32_t ktl_ring_wait(ktl_ring *ring, int32_t timeout_ms, ktl_cqe *out, int32_t capacity)
@@ -406,11 +461,11 @@ KTL_EXPORT int32_t ktl_ring_poll(ktl_ring *ring, int32_t fd, uint32_t events, ui
     return -ENOSYS;
 }
 
-KTL_EXPORT int32_t ktl_ring_cancel(ktl_ring *ring, uint64_t user_data, int32_t submit)
+KTL_EXPORT int32_t ktl_ring_remove(ktl_ring *ring, uint64_t user_data, int32_t wait)
 {
     (void)ring;
     (void)user_data;
-    (void)submit;
+    (void)wait;
     return -ENOSYS;
 }
 

@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 #include <poll.h>
+#include <sys/epoll.h>
 #include <pthread.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -64,7 +65,7 @@ static void test_poll_reports_edges(ktl_ring *ring)
     char buf[64];
 
     tcp_pair(fds);
-    CHECK_EQ(ktl_ring_poll(ring, fds[0], POLLIN | POLLRDHUP, 42), 0);
+    CHECK_EQ(ktl_ring_poll(ring, fds[0], POLLIN | POLLRDHUP | EPOLLET, 42), 0);
     CHECK_EQ(ktl_ring_wait(ring, 0, ev, 8), 0);              /* nothing to read yet */
 
     write_all(fds[1], "a", 1);
@@ -83,11 +84,9 @@ static void test_poll_reports_edges(ktl_ring *ring)
     CHECK_EQ(wait_events(ring, ev, 8, 2000), 1);
     CHECK((ev[0].res & POLLRDHUP) != 0);
 
-    CHECK_EQ(ktl_ring_cancel(ring, 42, 1), 0);
-    CHECK_EQ(wait_events(ring, ev, 8, 2000), 1);              /* the poll's last word */
-    CHECK_EQ(ev[0].user_data, 42);
-    CHECK_EQ(ev[0].res, -ECANCELED);
-    CHECK((ev[0].flags & KTL_CQE_MORE) == 0);
+    /* Removal with wait consumes the poll's last completion itself: nothing more is reported. */
+    CHECK_EQ(ktl_ring_remove(ring, 42, 1), 0);
+    CHECK_EQ(ktl_ring_wait(ring, 50, ev, 8), 0);
     close(fds[0]);
     close(fds[1]);
 }
@@ -101,16 +100,36 @@ static void test_cancel_then_close_releases_socket(ktl_ring *ring)
     char c;
 
     tcp_pair(fds);
-    CHECK_EQ(ktl_ring_poll(ring, fds[0], POLLIN | POLLOUT | POLLRDHUP, 7), 0);
+    CHECK_EQ(ktl_ring_poll(ring, fds[0], POLLIN | POLLOUT | POLLRDHUP | EPOLLET, 7), 0);
     CHECK_EQ(wait_events(ring, ev, 8, 2000), 1);              /* POLLOUT at once */
-    CHECK_EQ(ktl_ring_cancel(ring, 7, 1), 0);
+    CHECK_EQ(ktl_ring_remove(ring, 7, 1), 0);
     close(fds[0]);
     set_nonblocking(fds[1], 0);
     CHECK_EQ(wait_readable(fds[1], 2000), 1);
     CHECK_EQ(read(fds[1], &c, 1), 0);                         /* EOF, not a hang */
     close(fds[1]);
+    CHECK_EQ(ktl_ring_wait(ring, 0, ev, 8), 0);               /* the removal left nothing behind */
+}
+
+/* Without EPOLLET a poll is one-shot; re-armed while the condition holds, it reports it again. */
+static void test_level_poll_reports_again_when_rearmed(ktl_ring *ring)
+{
+    int fds[2];
+    ktl_cqe ev[8];
+
+    tcp_pair(fds);
+    write_all(fds[1], "abc", 3);
+    CHECK_EQ(ktl_ring_poll(ring, fds[0], POLLIN, 11), 0);
     CHECK_EQ(wait_events(ring, ev, 8, 2000), 1);
-    CHECK_EQ(ev[0].res, -ECANCELED);
+    CHECK((ev[0].res & POLLIN) != 0);
+    CHECK((ev[0].flags & KTL_CQE_MORE) == 0);                /* ended: one-shot */
+    CHECK_EQ(ktl_ring_wait(ring, 50, ev, 8), 0);              /* and says nothing more by itself */
+    CHECK_EQ(ktl_ring_poll(ring, fds[0], POLLIN, 12), 0);     /* re-armed, data still unread */
+    CHECK_EQ(wait_events(ring, ev, 8, 2000), 1);
+    CHECK_EQ(ev[0].user_data, 12);
+    CHECK_EQ(ktl_ring_remove(ring, 13, 1), 0);                /* nothing armed under 13: no hang */
+    close(fds[0]);
+    close(fds[1]);
 }
 
 static int g_wake_fd;
@@ -155,7 +174,7 @@ static void test_poll_during_batch_kept(ktl_ring *ring)
 
     tcp_pair(a);
     tcp_pair(b);
-    CHECK_EQ(ktl_ring_poll(ring, a[0], POLLIN, 9), 0);
+    CHECK_EQ(ktl_ring_poll(ring, a[0], POLLIN | EPOLLET, 9), 0);
     CHECK_EQ(ktl_ring_wait(ring, 0, ev, 8), 0);
     write_all(a[1], "x", 1);
     usleep(20 * 1000);
@@ -171,8 +190,7 @@ static void test_poll_during_batch_kept(ktl_ring *ring)
     CHECK((ev[0].res & POLLIN) != 0);
     CHECK_EQ(ktl_ring_wait(ring, 0, ev, 8), 0);               /* exactly once */
 
-    CHECK_EQ(ktl_ring_cancel(ring, 9, 1), 0);
-    CHECK_EQ(wait_events(ring, ev, 8, 2000), 1);
+    CHECK_EQ(ktl_ring_remove(ring, 9, 1), 0);
     close(a[0]);
     close(a[1]);
     close(b[0]);
@@ -190,7 +208,7 @@ static void test_more_events_than_capacity(ktl_ring *ring)
 
     for (int i = 0; i < N; i++) {
         tcp_pair(fds[i]);
-        CHECK_EQ(ktl_ring_poll(ring, fds[i][0], POLLIN, 1000 + (uint64_t)i), 0);
+        CHECK_EQ(ktl_ring_poll(ring, fds[i][0], POLLIN | EPOLLET, 1000 + (uint64_t)i), 0);
     }
     CHECK_EQ(ktl_ring_wait(ring, 0, ev, 16), 0);
     for (int i = 0; i < N; i++)
@@ -209,7 +227,7 @@ static void test_more_events_than_capacity(ktl_ring *ring)
     CHECK_EQ(total, N);
     for (int i = 0; i < N; i++) {
         CHECK_EQ(seen[i], 1);
-        CHECK_EQ(ktl_ring_cancel(ring, 1000 + (uint64_t)i, 0), 0);
+        CHECK_EQ(ktl_ring_remove(ring, 1000 + (uint64_t)i, 0), 0); /* queued: -ECANCELED comes by wait */
     }
     for (int got = 0; got < N;) {
         int32_t n = wait_events(ring, ev, 16, 2000);
@@ -237,6 +255,7 @@ void run_ring_tests(void)
     test_nonblocking_wake_fd_refused();
     test_poll_reports_edges(ring);
     test_cancel_then_close_releases_socket(ring);
+    test_level_poll_reports_again_when_rearmed(ring);
     test_wake_and_timeout(ring, wake_fd);
     test_poll_during_batch_kept(ring);
     test_more_events_than_capacity(ring);
