@@ -22,6 +22,9 @@ internal sealed class TestHostSettings
     public Action<LinuxTransportOptions>? Linux { get; set; }
 
     public Action<WebApplicationBuilder>? Builder { get; set; }
+
+    /// <summary>Middleware that runs ahead of the test's handler (app.UseWebSockets(), say).</summary>
+    public Action<WebApplication>? Middleware { get; set; }
 }
 
 /// <summary>
@@ -82,6 +85,7 @@ internal sealed class TestHost : IAsyncDisposable
         settings.Builder?.Invoke(builder);
 
         var app = builder.Build();
+        settings.Middleware?.Invoke(app);
         app.Run(handler);
         try
         {
