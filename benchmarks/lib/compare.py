@@ -62,6 +62,7 @@ STRIPPED_ENV_PREFIXES = ("Kestrel__", "ASPNETCORE_", "DOTNET_SYSTEM_NET_SOCKETS_
 CORE_PATHS = ["/plaintext", "/json"]
 APP_PATHS = ["/text", "/json-object", "/xml", "/html", "/api/test"]
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+BULK_RESPONSE_BYTES = 64 * 1024     # responses this large per request also get MiB/s (what wrk received)
 
 
 class Interrupted(Exception):
@@ -143,6 +144,11 @@ class Scenario:
     mode: str = "middleware"
     twin: str | None = None                    # the middleware scenario of the same shape
     body_kib: int = 0                          # > 0: POST bodies of this size (pipeline.lua's second argument), drained by the server
+    min_window_s: int = 0                      # measured window at least this long, whatever --duration says
+    timeout_s: int = 2                         # wrk --timeout: a request slower than this counts as an error
+
+    def window_s(self, duration: int) -> int:
+        return max(duration, self.min_window_s)
 
     @property
     def ceiling_serves(self) -> bool:
@@ -150,7 +156,8 @@ class Scenario:
 
     def as_dict(self) -> dict:
         return {"name": self.name, "title": self.title, "path": self.path, "connections": self.connections,
-                "depth": self.depth, "headers": list(self.headers), "mode": self.mode, "twin": self.twin, "body_kib": self.body_kib}
+                "depth": self.depth, "headers": list(self.headers), "mode": self.mode, "twin": self.twin, "body_kib": self.body_kib,
+                "min_window_s": self.min_window_s, "timeout_s": self.timeout_s}
 
 
 def main_scenarios(quick: bool) -> list[Scenario]:
@@ -180,6 +187,10 @@ def main_scenarios(quick: bool) -> list[Scenario]:
                  "/plaintext", 64, body_kib=256),
         Scenario("download256k-64", "download: GET 256 KiB bodies (MVC action, 64 KiB writes), 64 connections",
                  "/download/256", 64),
+        # 200 × 8 MiB in flight at ~1.5 GB/s is about 1 s per response: a 3 s window would hold two or three
+        # answers per connection and count the ramp-up, and wrk's usual 2 s timeout would be too close.
+        Scenario("download8m-200", "large download: GET 8 MiB bodies (MVC action, 64 KiB writes), 200 connections",
+                 "/download/8192", 200, min_window_s=10, timeout_s=10),
     ]
     if quick:
         keep = {"plaintext16-256", "json-256", "json-2", "text-256", "churn-64"}
@@ -547,7 +558,7 @@ class Runner:
         """Runs wrk; returns (parsed WRK_RESULT, command line, load-generator CPU seconds)."""
         argv = (["taskset", "-c", cpus] if cpus else []) + [
             "wrk", "-t", str(min(threads, scenario.connections)), "-c", str(scenario.connections),
-            "-d", f"{max(1, math.ceil(duration))}s", "--timeout", "2s",
+            "-d", f"{max(1, math.ceil(duration))}s", "--timeout", f"{scenario.timeout_s}s",
             "-s", str(PIPELINE_LUA)]
         for header in scenario.headers:
             argv += ["-H", header]
@@ -621,7 +632,8 @@ class Runner:
         busy_before = cpu_busy_seconds(self.bench_cpus)
         counter = PerfStat(procs["server"].pid) if self.args.perf_stat and "server" in procs else None
         t0 = time.monotonic()
-        result, command, load_cpu = self.run_wrk(url, scenario, self.args.duration, cpus_load, wrk_threads)
+        result, command, load_cpu = self.run_wrk(url, scenario, scenario.window_s(self.args.duration), cpus_load,
+                                                 wrk_threads)
         wall = time.monotonic() - t0
         counts = counter.stop() if counter else {}
         busy = cpu_busy_seconds(self.bench_cpus) - busy_before
@@ -642,6 +654,7 @@ class Runner:
             "round": round_no, "connections": scenario.connections, "depth": scenario.depth,
             "path": scenario.path, "rps": requests / duration_s if duration_s > 0 else 0.0,
             "requests": requests, "duration_s": duration_s, "bytes": result["bytes"],
+            "mib_per_s": result["bytes"] / duration_s / 2**20 if duration_s > 0 else 0.0,
             "server_cpu_s": cpu.get("server", 0.0), "proxy_cpu_s": cpu.get("proxy", 0.0),
             "cpu_us_per_request": total_cpu / requests * 1e6 if requests else None,
             "server_cpu_util": total_cpu / wall / server_cpu_count if wall > 0 else None,
@@ -657,6 +670,8 @@ class Runner:
         record.update(extra)
         flag = f"  ERRORS {errors}" if error_total else ""
         cpu_text = f"{record['cpu_us_per_request']:.1f} us/req" if requests else "-"
+        if record["bytes"] >= requests * BULK_RESPONSE_BYTES:
+            cpu_text += f"  {record['mib_per_s']:.0f} MiB/s"
         if counter and requests:
             cpu_text += "".join(f"  {record[key]:.2f} {key.split('_')[0]}/req" for key in PerfStat.EVENTS.values()
                                 if record.get(key) is not None)
@@ -1119,7 +1134,11 @@ def machine_info() -> dict:
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="benchmarks/compare.sh",
-        description="Compare server configurations side by side: interleaved rounds, medians, CPU per request.")
+        description="Compare server configurations side by side: interleaved rounds, medians, CPU per request.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="main scenarios (--scenarios; * = also in --quick):\n" + "\n".join(
+            f"  {s.name:27}{'*' if s in main_scenarios(quick=True) else ' '} {s.title}"
+            for s in main_scenarios(quick=False)))
     p.add_argument("--quick", action="store_true",
                    help="a few minutes: 2 rounds, short windows, a subset of scenarios (for CI: correctness only)")
     p.add_argument("--out", help="output directory (default artifacts/benchmarks/<timestamp>)")
@@ -1206,8 +1225,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def estimate_seconds(args: argparse.Namespace, configs: list[Config]) -> float:
     """A plan-based estimate; start/verify/stop is ~0.7 s per server, wrk adds ~0.1 s per run."""
     start, wrk_overhead = 0.7, 0.1
-    window = args.duration + wrk_overhead
     scenarios = selected_scenarios(args)
+
+    def windows(todo: list[Scenario]) -> float:
+        return sum(args.warmup + s.window_s(args.duration) + wrk_overhead for s in todo)
+
     per_round = 0.0
     kestrel = [c for c in configs if c.kind == "kestrel"]
     ceilings = [c for c in configs if c.kind == "ceiling"]
@@ -1215,20 +1237,20 @@ def estimate_seconds(args: argparse.Namespace, configs: list[Config]) -> float:
         for mode in ("middleware", "platform"):
             todo = [s for s in scenarios if s.mode == mode]
             if todo:
-                per_round += len(kestrel) * (start + args.warmup_first + len(todo) * (args.warmup + window))
+                per_round += len(kestrel) * (start + args.warmup_first + windows(todo))
         names = {s.name for s in scenarios}
         todo = [s for s in scenarios if s.ceiling_serves and (s.mode == "middleware" or s.twin not in names)]
         if todo:
-            per_round += len(ceilings) * (start + len(todo) * (args.warmup + window))
+            per_round += len(ceilings) * (start + windows(todo))
     if "latency" in args.phases:
         per_round += len(configs) * (start + args.warmup_first + args.warmup + args.latency_warmup + args.latency_duration + 0.3)
     if "hosting" in args.phases:
         n = 1 if args.quick else len(HOSTING_SCENARIOS)
         setups = len(args.hosting) * len(args.hosting_transports)
-        per_round += setups * (start + 0.4 + args.warmup_first + n * (args.warmup + window))
+        per_round += setups * (start + 0.4 + args.warmup_first + windows(HOSTING_SCENARIOS[:n]))
     if "sweep" in args.phases:
         counts = 1 if args.quick else len(args.sweep_threads)
-        per_round += len(args.sweep_transports) * counts * (start + args.warmup_first + args.warmup + window)
+        per_round += len(args.sweep_transports) * counts * (start + args.warmup_first + windows([SWEEP_SCENARIO]))
     return per_round * args.rounds
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 BUSY_MACHINE = 0.10         # median "other load" above this earns a warning at the top of the report
 LOAD_BOUND_UTIL = 0.95      # wrk at or above this share of its CPUs may itself be the limit
+BULK_RESPONSE_BYTES = 64 * 1024   # responses this large per request earn a MiB/s column (compare.py's)
 
 
 # ---- numbers --------------------------------------------------------------------------------
@@ -74,6 +75,7 @@ class Summary:
         self.rps_min = min((r["rps"] for r in rows), default=None)
         self.rps_max = max((r["rps"] for r in rows), default=None)
         self.cpu = median(r.get("cpu_us_per_request") for r in rows)
+        self.mib = median(r.get("mib_per_s") for r in rows)
         self.proxy_cpu = median(r["proxy_cpu_s"] / r["requests"] * 1e6 if r["requests"] else None for r in rows)
         self.server_util = median(r.get("server_cpu_util") for r in rows)
         self.load_util = median(r.get("load_cpu_util") for r in rows)
@@ -104,7 +106,7 @@ def select(measurements: list[dict], **where) -> list[dict]:
 def write_csv(out: Path, data: dict) -> None:
     error_keys = sorted({k for m in data["measurements"] for k in m["errors"]})
     columns = ["phase", "scenario", "mode", "hosting", "threads", "config", "round", "connections", "depth",
-               "path", "rps", "requests", "duration_s", "server_cpu_s", "proxy_cpu_s", "cpu_us_per_request",
+               "path", "rps", "requests", "duration_s", "bytes", "mib_per_s", "server_cpu_s", "proxy_cpu_s", "cpu_us_per_request",
                "server_cpu_util", "load_cpu_util", "other_cpu_util", "switches_per_request", "syscalls_per_request",
                "error_total"] + [f"err_{k}" for k in error_keys] + [
                "target_rate", "p50_us", "p90_us", "p99_us", "p99.9_us", "max_us", "command"]
@@ -286,10 +288,15 @@ def scenario_table(data: dict, scenario: dict) -> list[str]:
     measurements = data["measurements"]
     baseline = data["meta"].get("baseline", "sockets")
     counted = any(m.get("switches_per_request") is not None for m in measurements)  # --perf-stat
-    lines = ["| Configuration | Median req/s | Min–max req/s | vs " + baseline + " | CPU µs/req | vs " + baseline
+    # Large responses (the download scenarios) also show what wrk received, in MiB/s.
+    bulk = any(m.get("mib_per_s") is not None and m["requests"] and m["bytes"] >= m["requests"] * BULK_RESPONSE_BYTES
+               for m in select(measurements, phase="main", scenario=scenario["name"]))
+    lines = ["| Configuration | Median req/s | Min–max req/s | vs " + baseline + (" | MiB/s" if bulk else "")
+             + " | CPU µs/req | vs " + baseline
              + " | Server CPU | wrk CPU | Other load" + (" | Switches/req | Syscalls/req" if counted else "")
              + " | Rounds | Errors |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if counted else "") + "---:|---|"]
+             "|---|---:|---:|---:|" + ("---:|" if bulk else "") + "---:|---:|---:|---:|---:|"
+             + ("---:|---:|" if counted else "") + "---:|---|"]
     summaries = {}
     for c in data["configs"]:
         name = c["name"]
@@ -315,7 +322,8 @@ def scenario_table(data: dict, scenario: dict) -> list[str]:
         if not sm.n:
             why = reasons_for(data["events"], "main", name, scenario["name"],
                               scenario["mode"] if c["kind"] != "ceiling" else None) or "not measured"
-            lines.append(f"| {label} | – | – | – | – | – | – | – | – | " + ("– | – | " if counted else "") + f"0 | {why} |")
+            lines.append(f"| {label} | – | – | – | " + ("– | " if bulk else "") + "– | – | – | – | – | "
+                         + ("– | – | " if counted else "") + f"0 | {why} |")
             continue
         load = fmt_pct(sm.load_util) + (" ²" if sm.load_util is not None and sm.load_util >= LOAD_BOUND_UTIL else "")
         rps_ratio = ratio(sm.rps, base.rps if base and base.n else None)
@@ -324,7 +332,8 @@ def scenario_table(data: dict, scenario: dict) -> list[str]:
                             scenario["mode"] if c["kind"] != "ceiling" else None)
         errors = sm.errors_text() + (f"; {extra}" if extra else "")
         lines.append(f"| {label} | {fmt_int(sm.rps)} | {fmt_int(sm.rps_min)}–{fmt_int(sm.rps_max)} | "
-                     f"{fmt_ratio(rps_ratio)} | {fmt_us(sm.cpu)} | {fmt_ratio(cpu_ratio)} | "
+                     f"{fmt_ratio(rps_ratio)} | " + (f"{fmt_int(sm.mib)} | " if bulk else "")
+                     + f"{fmt_us(sm.cpu)} | {fmt_ratio(cpu_ratio)} | "
                      f"{fmt_pct(sm.server_util)} | {load} | {fmt_pct(sm.other_util)} | "
                      + (f"{fmt_count(sm.switches)} | {fmt_count(sm.syscalls)} | " if counted else "")
                      + f"{sm.n} | {errors} |")
@@ -569,7 +578,7 @@ def write_markdown(out: Path, data: dict, charts: list[tuple[str, str]], chart_n
         + ("; main phase paired: each round's servers run side by side (one loaded at a time) and each "
            "scenario is measured on every configuration back to back" if meta.get("order") == "paired" else "")
         + " |",
-        f"| Windows | {meta.get('duration_s'):g} s measured; every fresh .NET server primed for "
+        f"| Windows | {meta.get('duration_s'):g} s measured (longer where a scenario says so); every fresh .NET server primed for "
         f"{meta.get('warmup_first_s'):g} s on its scenarios in turn (so the JIT's tiers settle), then "
         f"{meta.get('warmup_s'):g} s of warm-up on each scenario right before its window"
         + remeasured_text(meta, data["measurements"]) + " |",
@@ -643,8 +652,13 @@ def write_markdown(out: Path, data: dict, charts: list[tuple[str, str]], chart_n
     for s in meta.get("scenarios", []):
         headers = f" -H '{s['headers'][0]}'" if s["headers"] else ""
         pipe = f", {s['depth']} pipelined per write (benchmarks/lib/pipeline.lua)" if s["depth"] > 1 else ""
+        window = ""
+        if s.get("min_window_s", 0) > (meta.get("duration_s") or 0):
+            window += f"; {s['min_window_s']} s measured windows"
+        if s.get("timeout_s", 2) != 2:
+            window += f"; wrk --timeout {s['timeout_s']}s"
         lines += [f"### {s['name']}: {s['title']}", "",
-                  f"`GET {s['path']}`, {s['connections']} connections{pipe}{headers}; sample mode {s['mode']}.", ""]
+                  f"`GET {s['path']}`, {s['connections']} connections{pipe}{headers}; sample mode {s['mode']}{window}.", ""]
         lines += scenario_table(data, s)
     lines += latency_section(data)
     lines += hosting_section(data)

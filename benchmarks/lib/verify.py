@@ -62,6 +62,12 @@ class Expectation:
     require_content_length: bool = True
 
 
+def _download_body(kib: int) -> bytes:
+    """The body of the sample's GET /download/{kib}: kib KiB in which byte i is i % 251."""
+    n = kib * 1024
+    return (bytes(range(251)) * (n // 251 + 1))[:n]
+
+
 # What each endpoint must answer. /text's body is the sample's fixed alphabet; the other app
 # endpoints produce documents with per-request content (GUIDs, times), so only their form is checked.
 EXPECTATIONS: dict[str, Expectation] = {
@@ -72,8 +78,9 @@ EXPECTATIONS: dict[str, Expectation] = {
     "/xml": Expectation(("application/xml", "text/xml"), body_kind="xml", require_content_length=False),
     "/html": Expectation(("text/html",), body_kind="html", require_content_length=False),
     "/api/test": Expectation(("application/json", "text/plain"), body_kind="any", require_content_length=False),
-    # The sample's large response: byte i is i % 251 (ScenariosController.Download).
-    "/download/256": Expectation(("application/octet-stream",), body=bytes(i % 251 for i in range(256 * 1024))),
+    # The sample's large responses: byte i is i % 251 (ScenariosController.Download).
+    "/download/256": Expectation(("application/octet-stream",), body=_download_body(256)),
+    "/download/8192": Expectation(("application/octet-stream",), body=_download_body(8192)),
 }
 
 
@@ -129,7 +136,7 @@ class _Reader:
     def __init__(self, sock: socket.socket, deadline: float) -> None:
         self.sock = sock
         self.deadline = deadline
-        self.buf = b""
+        self.buf = bytearray()          # appended in place: an 8 MiB body is 128 reads
         self.eof = False
 
     def _fill(self) -> None:
@@ -150,21 +157,23 @@ class _Reader:
             if self.eof:
                 raise ProtocolError("connection closed in the middle of a response")
             self._fill()
-        head, _, self.buf = self.buf.partition(marker)
-        return head
+        head, _, rest = self.buf.partition(marker)
+        self.buf = bytearray(rest)
+        return bytes(head)
 
     def exactly(self, n: int) -> bytes:
         while len(self.buf) < n:
             if self.eof:
                 raise ProtocolError("connection closed in the middle of a body")
             self._fill()
-        data, self.buf = self.buf[:n], self.buf[n:]
+        data = bytes(self.buf[:n])
+        del self.buf[:n]
         return data
 
     def to_eof(self) -> bytes:
         while not self.eof:
             self._fill()
-        data, self.buf = self.buf, b""
+        data, self.buf = bytes(self.buf), bytearray()
         return data
 
     def closed_soon(self) -> bool:
@@ -193,7 +202,7 @@ def _read_response(reader: _Reader) -> Response:
     encoding = (response.header("Transfer-Encoding") or "").lower()
     if "chunked" in encoding:
         response.chunked = True
-        body = b""
+        body = bytearray()
         while True:
             size_line = reader.until(b"\r\n").split(b";")[0].strip()
             size = int(size_line, 16)
@@ -202,7 +211,7 @@ def _read_response(reader: _Reader) -> Response:
                 break
             body += reader.exactly(size)
             reader.exactly(2)
-        response.body = body
+        response.body = bytes(body)
     elif lengths:
         if len(lengths) > 1:
             raise ProtocolError(f"conflicting Content-Length headers {sorted(lengths)}")
