@@ -42,13 +42,19 @@ public sealed class SampleProcess : IAsyncDisposable
     /// <summary>Whether the process has ended.</summary>
     public bool HasExited => _process.HasExited;
 
+    /// <summary>The sample's process id (a launcher execs the sample, so the id stays the same), for <c>/proc/PID</c>.</summary>
+    public int Id => _process.Id;
+
     /// <summary>Starts the sample and waits until it prints its startup line.</summary>
     /// <param name="arguments">The sample's arguments.</param>
     /// <param name="environment">Variables to set (a null value removes one) on top of this process's environment.</param>
+    /// <param name="launcher">A program and its arguments to run the sample under, which must exec its command (for example
+    /// <c>deny_io_uring EPERM --</c>); none by default.</param>
     /// <returns>The running sample.</returns>
-    public static async Task<SampleProcess> StartAsync(IEnumerable<string> arguments, IReadOnlyDictionary<string, string?>? environment = null)
+    public static async Task<SampleProcess> StartAsync(
+        IEnumerable<string> arguments, IReadOnlyDictionary<string, string?>? environment = null, IReadOnlyList<string>? launcher = null)
     {
-        var sample = new SampleProcess(Launch(arguments, environment));
+        var sample = new SampleProcess(Launch(arguments, environment, launcher));
         sample._process.OutputDataReceived += (_, e) => sample.OnLine(e.Data);
         sample._process.ErrorDataReceived += (_, e) => sample.OnLine(e.Data, isError: true);
         sample._process.Exited += (_, _) => _ = Task.Run(sample.OnExited);
@@ -78,11 +84,12 @@ public sealed class SampleProcess : IAsyncDisposable
     /// <summary>Runs the sample to its exit, for command lines that must fail.</summary>
     /// <param name="arguments">The sample's arguments.</param>
     /// <param name="environment">Variables to set (a null value removes one).</param>
+    /// <param name="launcher">A program and its arguments to run the sample under, as for <see cref="StartAsync"/>.</param>
     /// <returns>The exit code and everything the sample wrote.</returns>
     public static async Task<(int ExitCode, string Output)> RunToExitAsync(
-        IEnumerable<string> arguments, IReadOnlyDictionary<string, string?>? environment = null)
+        IEnumerable<string> arguments, IReadOnlyDictionary<string, string?>? environment = null, IReadOnlyList<string>? launcher = null)
     {
-        using var process = Launch(arguments, environment);
+        using var process = Launch(arguments, environment, launcher);
         process.Start();
         var stdout = process.StandardOutput.ReadToEndAsync();
         var stderr = process.StandardError.ReadToEndAsync();
@@ -93,7 +100,9 @@ public sealed class SampleProcess : IAsyncDisposable
         catch (TimeoutException)
         {
             process.Kill(entireProcessTree: true);
-            throw;
+            await process.WaitForExitAsync().WaitAsync(TestTimeouts.Exit);
+            throw new TimeoutException(
+                $"The sample did not exit within {TestTimeouts.Startup}. Output:{Environment.NewLine}{await stdout}{await stderr}");
         }
 
         return (process.ExitCode, await stdout + await stderr);
@@ -126,9 +135,10 @@ public sealed class SampleProcess : IAsyncDisposable
         }
     }
 
-    private static Process Launch(IEnumerable<string> arguments, IReadOnlyDictionary<string, string?>? environment)
+    private static Process Launch(
+        IEnumerable<string> arguments, IReadOnlyDictionary<string, string?>? environment, IReadOnlyList<string>? launcher)
     {
-        var start = new ProcessStartInfo(SampleLocation.DotnetHost)
+        var start = new ProcessStartInfo(launcher is { Count: > 0 } ? launcher[0] : SampleLocation.DotnetHost)
         {
             RedirectStandardOutput = true,
             RedirectStandardError = true,
@@ -136,6 +146,16 @@ public sealed class SampleProcess : IAsyncDisposable
             UseShellExecute = false,
             WorkingDirectory = Path.GetDirectoryName(SampleLocation.Assembly)!,
         };
+        if (launcher is { Count: > 0 })
+        {
+            foreach (var argument in launcher.Skip(1))
+            {
+                start.ArgumentList.Add(argument);
+            }
+
+            start.ArgumentList.Add(SampleLocation.DotnetHost);
+        }
+
         start.ArgumentList.Add(SampleLocation.Assembly);
         foreach (var argument in arguments)
         {
