@@ -6,8 +6,9 @@ namespace Kestrel.Transport.Linux.Engines;
 
 /// <summary>
 /// The io_uring backend (<see cref="IoBackend.IoUring"/>): one ring per loop, in libktl_native.so. Each registered
-/// socket has a multishot poll in the ring, whose completions are the loop's events (edge-triggered, as the epoll
-/// registrations are); the wake-up is a pending read of a blocking eventfd; a pass's receive or send batch is
+/// socket has a poll in the ring whose completions are the loop's events: multishot for an edge-triggered
+/// registration (EPOLLET, the connections), one-shot and re-armed after each completion for a level-triggered one
+/// (the listeners, which accept a bounded number per event and count on being told again); the wake-up is a pending read of a blocking eventfd; a pass's receive or send batch is
 /// one <c>io_uring_enter</c> that returns with every op's result, so pipe memory is never left with the kernel.
 /// </summary>
 /// <remarks>
@@ -124,7 +125,7 @@ internal sealed unsafe class UringEngine : IoEngine
     {
         EnsureCapacity(fd);
         _owners[fd] = owner;
-        return Arm(fd, events & ~Epoll.EPOLLET);
+        return Arm(fd, events);
     }
 
     public override SysResult Pause(int fd)
@@ -136,10 +137,10 @@ internal sealed unsafe class UringEngine : IoEngine
 
         ulong userData = UserData(fd, _generations[fd]);
         _generations[fd] = 0;
-        return SysResult.FromNative(NativeEngine.ktl_ring_cancel(_ring, userData, submit: 0));
+        return SysResult.FromNative(NativeEngine.ktl_ring_remove(_ring, userData, wait: 0));
     }
 
-    public override SysResult Resume(int fd, uint events) => Arm(fd, events & ~Epoll.EPOLLET);
+    public override SysResult Resume(int fd, uint events) => Arm(fd, events);
 
     public override void Unregister(int fd, object owner, bool stillOpen)
     {
@@ -153,10 +154,10 @@ internal sealed unsafe class UringEngine : IoEngine
         _generations[fd] = 0;
         if (generation != 0)
         {
-            // The poll holds its own reference to the socket, so its removal goes to the kernel now (one
-            // io_uring_enter): otherwise closing the fd would not release the socket, a peer would see no FIN,
-            // and an unbound listener would go on taking connections into its backlog until the next wait.
-            _ = NativeEngine.ktl_ring_cancel(_ring, UserData(fd, generation), submit: 1);
+            // The poll holds its own reference to the socket, so the removal goes to the kernel now and returns
+            // once the poll has ended (usually one io_uring_enter): otherwise closing the fd would not release the
+            // socket, a peer would see no FIN, and an unbound listener would go on filling its backlog.
+            _ = NativeEngine.ktl_ring_remove(_ring, UserData(fd, generation), wait: 1);
         }
     }
 
@@ -245,7 +246,8 @@ internal sealed unsafe class UringEngine : IoEngine
             _eventBits[index] = (uint)completion.Result;
             if (!armed)
             {
-                // The kernel ends a multishot poll when it cannot post a completion (a full completion queue).
+                // A level-triggered registration's one-shot poll (re-armed, it reports the level again next pass if
+                // it still holds), or a multishot poll the kernel ended because it could not post a completion.
                 _ = Arm(fd, _pollEvents[fd]);
             }
         }

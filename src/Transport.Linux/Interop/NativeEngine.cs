@@ -92,8 +92,8 @@ internal static unsafe partial class NativeEngine
     [LibraryImport(LibraryName, EntryPoint = "ktl_ring_poll")]
     public static partial int ktl_ring_poll(nint ring, int fd, uint events, ulong userData);
 
-    [LibraryImport(LibraryName, EntryPoint = "ktl_ring_cancel")]
-    public static partial int ktl_ring_cancel(nint ring, ulong userData, int submit);
+    [LibraryImport(LibraryName, EntryPoint = "ktl_ring_remove")]
+    public static partial int ktl_ring_remove(nint ring, ulong userData, int wait);
 
     [LibraryImport(LibraryName, EntryPoint = "ktl_ring_wait")]
     public static partial int ktl_ring_wait(nint ring, int timeoutMs, RingCompletion* events, int capacity);

@@ -28,7 +28,7 @@ public sealed class HttpFuzzTests(ITestOutputHelper output)
 
 
     public static TheoryData<TransportKind> Kinds =>
-        new() { TransportKind.Sockets, TransportKind.LinuxNative, TransportKind.LinuxInline, TransportKind.LinuxManaged };
+        new() { TransportKind.Sockets, TransportKind.LinuxNative, TransportKind.LinuxInline, TransportKind.LinuxManaged, TransportKind.LinuxIoUring };
 
     /// <summary>
     /// Every fuzzed case (followed by a Connection: close sentinel request) gets well-formed HTTP/1.1 responses with

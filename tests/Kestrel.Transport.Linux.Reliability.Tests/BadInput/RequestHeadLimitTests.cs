@@ -7,7 +7,7 @@ namespace Kestrel.Transport.Linux.Reliability.Tests.BadInput;
 public sealed class RequestHeadLimitTests(ITestOutputHelper output)
 {
     public static TheoryData<TransportKind> Kinds =>
-        new() { TransportKind.Sockets, TransportKind.LinuxNative, TransportKind.LinuxInline, TransportKind.LinuxManaged };
+        new() { TransportKind.Sockets, TransportKind.LinuxNative, TransportKind.LinuxInline, TransportKind.LinuxManaged, TransportKind.LinuxIoUring };
 
     private static IEnumerable<(string Name, byte[] Request, int Status)> Cases()
     {

@@ -14,7 +14,7 @@ public sealed class TlsBadInputTests(ITestOutputHelper output)
     private static readonly TimeSpan s_handshakeTimeout = TimeSpan.FromSeconds(2);
 
     public static TheoryData<TransportKind> Kinds =>
-        new() { TransportKind.Sockets, TransportKind.LinuxNative, TransportKind.LinuxInline, TransportKind.LinuxManaged };
+        new() { TransportKind.Sockets, TransportKind.LinuxNative, TransportKind.LinuxInline, TransportKind.LinuxManaged, TransportKind.LinuxIoUring };
 
     /// <summary>
     /// Four clients send the first half of a real ClientHello and then nothing. Meanwhile other TLS clients on the

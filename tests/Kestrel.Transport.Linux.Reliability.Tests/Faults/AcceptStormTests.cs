@@ -73,6 +73,8 @@ public sealed class AcceptStormTests(ITestOutputHelper output)
         { TransportKind.LinuxNative, false },
         { TransportKind.Sockets, true },
         { TransportKind.LinuxNative, true },
+        { TransportKind.LinuxIoUring, false },
+        { TransportKind.LinuxIoUring, true },
     };
 
     /// <summary>

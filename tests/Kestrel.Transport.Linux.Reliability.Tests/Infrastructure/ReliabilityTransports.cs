@@ -6,13 +6,13 @@ namespace Kestrel.Transport.Linux.Reliability.Tests.Infrastructure;
 /// </summary>
 public static class ReliabilityTransports
 {
-    /// <summary>The reference and the Linux transport's default configuration.</summary>
+    /// <summary>The reference, the Linux transport's default configuration and its io_uring engine.</summary>
     public static TheoryData<TransportKind> Default =>
-        new() { TransportKind.Sockets, TransportKind.LinuxNative };
+        new() { TransportKind.Sockets, TransportKind.LinuxNative, TransportKind.LinuxIoUring };
 
     /// <summary>Where it matters whether the app runs on the loop thread.</summary>
     public static TheoryData<TransportKind> Scheduling =>
-        new() { TransportKind.Sockets, TransportKind.LinuxNative, TransportKind.LinuxInline };
+        new() { TransportKind.Sockets, TransportKind.LinuxNative, TransportKind.LinuxInline, TransportKind.LinuxIoUring };
 
     /// <summary>Where it matters which engine performs the batch, and where the app runs.</summary>
     public static TheoryData<TransportKind> Engines =>

@@ -17,6 +17,7 @@ public sealed class PortTests(ITestOutputHelper output)
         {
             { TransportKind.Sockets, TransportKind.Sockets },
             { TransportKind.LinuxNative, TransportKind.LinuxNative },
+            { TransportKind.LinuxIoUring, TransportKind.LinuxIoUring },
             { TransportKind.LinuxManaged, TransportKind.LinuxNative },
             { TransportKind.LinuxNative, TransportKind.Sockets },
             { TransportKind.Sockets, TransportKind.LinuxNative },

@@ -19,6 +19,7 @@ public sealed partial class UnixSocketPathTests(ITestOutputHelper output) : IDis
         {
             { TransportKind.Sockets, TransportKind.Sockets },
             { TransportKind.LinuxNative, TransportKind.LinuxNative },
+            { TransportKind.LinuxIoUring, TransportKind.LinuxIoUring },
             { TransportKind.LinuxNative, TransportKind.Sockets },
             { TransportKind.Sockets, TransportKind.LinuxNative },
         };
