@@ -241,8 +241,9 @@ KTL_EXPORT int32_t ktl_ring_poll(ktl_ring *ring, int32_t fd, uint32_t events, ui
 }
 
 /* Reaps until the removal (KTL_TAG_REMOVE) has answered and, if it found the poll, until the
- * poll's last completion has been seen; keeps every other poll completion for the next wait. */
-static int32_t reap_removal(ktl_ring *ring, uint64_t user_data, int *removal_done, int *poll_done)
+ * poll's last completion has been seen; keeps every other poll completion for the next wait.
+ * *removal_res is the removal's result once it has answered. */
+static void reap_removal(ktl_ring *ring, uint64_t user_data, int *removal_res, int *removal_done, int *poll_done)
 {
     struct io_uring_cqe *cqe;
     unsigned head;
@@ -258,8 +259,9 @@ static int32_t reap_removal(ktl_ring *ring, uint64_t user_data, int *removal_don
         }
         if (data == KTL_TAG_REMOVE) {
             *removal_done = 1;
-            if (cqe->res != 0 && cqe->res != -EALREADY)
-                *poll_done = 1; /* -ENOENT: the poll had already ended */
+            *removal_res = cqe->res;
+            if (cqe->res == -ENOENT)
+                *poll_done = 1; /* the poll had already ended */
             continue;
         }
         if ((data & KTL_RING_INTERNAL) == 0) {
@@ -274,38 +276,53 @@ static int32_t reap_removal(ktl_ring *ring, uint64_t user_data, int *removal_don
         }
     }
     io_uring_cq_advance(&ring->ring, seen);
+}
+
+/* IORING_OP_ASYNC_CANCEL rather than POLL_REMOVE: a poll whose wake-up is being processed
+ * at that moment cannot be disarmed by POLL_REMOVE (-EALREADY, and it stays armed), while
+ * a cancel marks it, and whoever holds it completes it with -ECANCELED. */
+static int queue_removal(ktl_ring *ring, uint64_t user_data, uint64_t tag)
+{
+    struct io_uring_sqe *sqe = next_sqe(ring);
+    if (sqe == NULL)
+        return -EBUSY;
+    io_uring_prep_cancel64(sqe, user_data, 0);
+    io_uring_sqe_set_data64(sqe, tag);
+    if (tag == KTL_TAG_REMOVE_QUIET)
+        sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
     return 0;
 }
 
 KTL_EXPORT int32_t ktl_ring_remove(ktl_ring *ring, uint64_t user_data, int32_t wait)
 {
-    struct io_uring_sqe *sqe;
-    int removal_done = 0, poll_done = 0;
+    int removal_done = 0, poll_done = 0, removal_res = 0;
     int ret;
 
     if (ring == NULL || (user_data & KTL_RING_INTERNAL) != 0)
         return -EINVAL;
-    sqe = next_sqe(ring);
-    if (sqe == NULL)
-        return -EBUSY;
-    io_uring_prep_poll_remove(sqe, user_data);
-    if (!wait) {
-        io_uring_sqe_set_data64(sqe, KTL_TAG_REMOVE_QUIET);
-        sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
-        return 0;
-    }
+    if (!wait)
+        return queue_removal(ring, user_data, KTL_TAG_REMOVE_QUIET);
 
-    /* Usually one io_uring_enter: the removal and the poll's -ECANCELED complete in it. The
+    /* Usually one io_uring_enter: the cancel and the poll's -ECANCELED complete in it. The
      * poll holds a reference to the socket until its last completion, so returning earlier
      * would let the caller close an fd whose socket the kernel still keeps open. */
-    io_uring_sqe_set_data64(sqe, KTL_TAG_REMOVE);
+    ret = queue_removal(ring, user_data, KTL_TAG_REMOVE);
+    if (ret < 0)
+        return ret;
     ret = io_uring_submit_and_get_events(&ring->ring);
     for (;;) {
         if (ret < 0 && ret != -EINTR && ret != -EAGAIN && ret != -EBUSY && ret != -ETIME)
             return ret;
-        reap_removal(ring, user_data, &removal_done, &poll_done);
-        if (removal_done && poll_done)
+        reap_removal(ring, user_data, &removal_res, &removal_done, &poll_done);
+        if (poll_done && removal_done)
             return 0;
+        if (removal_done && removal_res != 0 && removal_res != -ENOENT) {
+            /* -EALREADY (or a transient failure): the poll is still armed; ask again. */
+            removal_done = 0;
+            ret = queue_removal(ring, user_data, KTL_TAG_REMOVE);
+            if (ret < 0)
+                return ret;
+        }
         ret = io_uring_submit_and_wait(&ring->ring, 1);
     }
 }
