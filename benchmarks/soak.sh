@@ -2,9 +2,10 @@
 # Soak: mixed load on one server for N minutes per transport, sampling the server process every
 # 10 s, then failing on any error or on growth. See benchmarks/README.md, section "Soak".
 #
-#   ./benchmarks/soak.sh [--minutes N] [--transport linux|sockets|both] [--out DIR] [--no-build]
+#   ./benchmarks/soak.sh [--minutes N] [--transport linux|linux-uring|sockets|both|all] [--out DIR] [--no-build]
 #
-# Defaults: 10 minutes, both transports, artifacts/soak. For each transport it starts
+# Defaults: 10 minutes, all three servers (linux: the Linux transport's defaults; linux-uring: its
+# io_uring engine; sockets), artifacts/soak; both: linux and sockets. For each transport it starts
 # benchmarks/Soak (Soak.dll server, Kestrel on 127.0.0.1, pinned to CPU 1) and runs its load client
 # (Soak.dll client, pinned to CPU 0): 32 keep-alive connections (GET /plaintext, small POST /echo),
 # 4 connection-churn workers (a new connection per request), 2 large-body workers (uploads,
@@ -50,7 +51,7 @@ export PYTHONDONTWRITEBYTECODE=1
 usage() { sed -n '2,5p' "$0" | sed 's/^# \{0,1\}//'; }
 
 minutes=10
-transport=both
+transport=all
 out=artifacts/soak
 build=1
 server_cpus=1
@@ -67,9 +68,10 @@ while (( $# > 0 )); do
 done
 [[ "$minutes" =~ ^[1-9][0-9]*$ ]] || { echo "soak: --minutes needs a positive whole number, not '$minutes'" >&2; exit 2; }
 case "$transport" in
+    all) transports=(linux linux-uring sockets) ;;
     both) transports=(linux sockets) ;;
-    linux|sockets) transports=("$transport") ;;
-    *) echo "soak: --transport must be linux, sockets or both, not '$transport'" >&2; exit 2 ;;
+    linux|linux-uring|sockets) transports=("$transport") ;;
+    *) echo "soak: --transport must be linux, linux-uring, sockets, both (linux and sockets) or all, not '$transport'" >&2; exit 2 ;;
 esac
 [[ "$out" = /* ]] || out="$caller_dir/$out"
 

@@ -51,9 +51,9 @@ public static class SoakServer
             }
         }
 
-        if (transport is not ("linux" or "sockets"))
+        if (transport is not ("linux" or "linux-uring" or "sockets"))
         {
-            Console.Error.WriteLine("error: server needs --transport linux|sockets");
+            Console.Error.WriteLine("error: server needs --transport linux|linux-uring|sockets");
             return 2;
         }
 
@@ -63,6 +63,10 @@ public static class SoakServer
         if (transport == "linux")
         {
             builder.WebHost.UseLinuxTransport();
+        }
+        else if (transport == "linux-uring")
+        {
+            builder.WebHost.UseLinuxTransport(o => o.IoBackend = Kestrel.Transport.Linux.IoBackend.IoUring);
         }
         else
         {

@@ -138,7 +138,7 @@ def chart(out: Path, data: dict[str, list[dict]], minutes: int) -> str | None:
         None,
         ("errors (cumulative)", lambda r: r["errors"]),
     ]
-    colors = {"linux": "tab:blue", "sockets": "tab:orange"}
+    colors = {"linux": "tab:blue", "linux-uring": "tab:green", "sockets": "tab:orange"}
     for ax, panel in zip(axes.flat, panels):
         for transport, rows in data.items():
             color = colors.get(transport)

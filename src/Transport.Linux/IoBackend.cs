@@ -35,8 +35,11 @@ public enum IoBackend
     IoUring = 2,
 
     /// <summary>
-    /// <see cref="IoUring"/> where the kernel allows it, <see cref="Epoll"/> otherwise: the start-up log says which
-    /// runs and why, and <c>kestrel.transport.linux.io_uring.fallbacks</c> counts the loops that fell back.
+    /// The backend that measured best for the scheduling mode, where the kernel allows it: <see cref="IoUring"/> with
+    /// <see cref="ApplicationSchedulingMode.Inline"/> (the loop makes every send, and io_uring measured ahead of epoll),
+    /// <see cref="Epoll"/> with <see cref="ApplicationSchedulingMode.ThreadPool"/> (io_uring measured no better) and where
+    /// io_uring cannot be set up. The start-up log says which runs and why, and
+    /// <c>kestrel.transport.linux.io_uring.fallbacks</c> counts the loops that wanted io_uring and fell back.
     /// </summary>
     Auto = 3,
 }

@@ -59,7 +59,7 @@ internal static partial class TransportLog
     [LoggerMessage(17, LogLevel.Information, "Loop {Loop}: the kernel refused a MSG_ZEROCOPY send with ENOBUFS (over net.core.optmem_max, or over RLIMIT_MEMLOCK without CAP_IPC_LOCK); such a send goes out again by copying. Logged once per loop; kestrel.transport.linux.zerocopy.refused counts them all.")]
     public static partial void ZeroCopyRefused(ILogger logger, int loop);
 
-    [LoggerMessage(18, LogLevel.Information, "IoBackend=Auto: the loops run on io_uring ({Setup}).")]
+    [LoggerMessage(18, LogLevel.Information, "IoBackend=Auto: the loops run on io_uring ({Setup}): with Inline scheduling it measured ahead of epoll.")]
     public static partial void IoUringChosen(ILogger logger, string setup);
 
     [LoggerMessage(19, LogLevel.Warning, "IoBackend=Auto: io_uring is not available here, so the loops run on epoll: {Reason}. kestrel.transport.linux.io_uring.fallbacks counts such loops; docs/troubleshooting.md has the remedies.")]
@@ -67,4 +67,7 @@ internal static partial class TransportLog
 
     [LoggerMessage(20, LogLevel.Warning, "Loop {Loop}: io_uring is not available for this loop, so it runs on epoll: {Reason}.")]
     public static partial void LoopIoUringUnavailable(ILogger logger, int loop, string reason);
+
+    [LoggerMessage(21, LogLevel.Information, "IoBackend=Auto: the loops run on epoll: with ThreadPool scheduling io_uring measured no better than epoll (docs/performance.md).")]
+    public static partial void AutoChoseEpoll(ILogger logger);
 }

@@ -11,7 +11,7 @@ public sealed class InlineExceptionTests(ITestOutputHelper output)
     private const int Throws = 10;
 
     /// <summary>Inline is the mode in which the app runs on the loop thread; Sockets proves the expectation.</summary>
-    public static TheoryData<TransportKind> Kinds => new() { TransportKind.Sockets, TransportKind.LinuxInline };
+    public static TheoryData<TransportKind> Kinds => new() { TransportKind.Sockets, TransportKind.LinuxInline, TransportKind.LinuxIoUringInline };
 
     /// <summary>
     /// Proves that with one loop (ThreadCount = 1) and Inline scheduling, an exception thrown synchronously by

@@ -12,7 +12,7 @@ public static class ReliabilityTransports
 
     /// <summary>Where it matters whether the app runs on the loop thread.</summary>
     public static TheoryData<TransportKind> Scheduling =>
-        new() { TransportKind.Sockets, TransportKind.LinuxNative, TransportKind.LinuxInline, TransportKind.LinuxIoUring };
+        new() { TransportKind.Sockets, TransportKind.LinuxNative, TransportKind.LinuxInline, TransportKind.LinuxIoUring, TransportKind.LinuxIoUringInline };
 
     /// <summary>Where it matters which engine performs the batch, and where the app runs.</summary>
     public static TheoryData<TransportKind> Engines =>

@@ -51,6 +51,9 @@ public enum TransportKind
     /// one io_uring_enter each. Pool threads send as in <see cref="LinuxNative"/>.
     /// </summary>
     LinuxIoUring,
+
+    /// <summary>The io_uring engine with ApplicationSchedulingMode.Inline, the combination IoBackend.Auto picks (host tests only).</summary>
+    LinuxIoUringInline,
 }
 
 /// <summary>The theory data that selects transports, and the options each kind stands for.</summary>
@@ -73,7 +76,7 @@ public static class Transports
         {
             TransportKind.Sockets, TransportKind.LinuxNative, TransportKind.LinuxManaged, TransportKind.LinuxInline,
             TransportKind.LinuxInlineSpin, TransportKind.LinuxAio, TransportKind.LinuxImmediateSend, TransportKind.LinuxZeroCopy,
-            TransportKind.LinuxIoUring,
+            TransportKind.LinuxIoUring, TransportKind.LinuxIoUringInline,
         };
 
     /// <summary>For behaviour only the Linux transport has (its own options).</summary>
@@ -93,7 +96,7 @@ public static class Transports
         options.IoBackend = kind switch
         {
             TransportKind.LinuxAio => IoBackend.EpollAio,
-            TransportKind.LinuxIoUring => IoBackend.IoUring,
+            TransportKind.LinuxIoUring or TransportKind.LinuxIoUringInline => IoBackend.IoUring,
             _ => IoBackend.Epoll,
         };
         options.Tuning.DeferSend = kind != TransportKind.LinuxImmediateSend;
@@ -110,7 +113,7 @@ public static class Transports
     }
 
     /// <summary>True for the kinds that run the app on the loop thread.</summary>
-    public static bool IsInline(this TransportKind kind) => kind is TransportKind.LinuxInline or TransportKind.LinuxInlineSpin;
+    public static bool IsInline(this TransportKind kind) => kind is TransportKind.LinuxInline or TransportKind.LinuxInlineSpin or TransportKind.LinuxIoUringInline;
 
     /// <summary>
     /// A native run that silently fell back to the managed engine would test the managed engine twice,
@@ -143,7 +146,9 @@ public static class Transports
         {
             Assert.Equal(kind != TransportKind.LinuxManaged, loop.Engine.IsNative);
             Assert.Equal(kind == TransportKind.LinuxAio, loop.Engine.UsesAio);
-            Assert.Equal(kind == TransportKind.LinuxIoUring ? IoBackend.IoUring : kind == TransportKind.LinuxAio ? IoBackend.EpollAio : IoBackend.Epoll, loop.Engine.Backend);
+            Assert.Equal(
+                kind is TransportKind.LinuxIoUring or TransportKind.LinuxIoUringInline ? IoBackend.IoUring : kind == TransportKind.LinuxAio ? IoBackend.EpollAio : IoBackend.Epoll,
+                loop.Engine.Backend);
         }
     }
 }

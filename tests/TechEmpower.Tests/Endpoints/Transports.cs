@@ -11,6 +11,10 @@ public sealed class Linux_platform(LinuxPlatformFixture sample) : PlatformEndpoi
 
 public sealed class Linux_aio_platform(LinuxAioPlatformFixture sample) : PlatformEndpoints<LinuxAioPlatformFixture>(sample);
 
+public sealed class Linux_io_uring_middleware(LinuxIoUringMiddlewareFixture sample) : MiddlewareEndpoints<LinuxIoUringMiddlewareFixture>(sample);
+
+public sealed class Linux_io_uring_platform(LinuxIoUringPlatformFixture sample) : PlatformEndpoints<LinuxIoUringPlatformFixture>(sample);
+
 public sealed class Sockets_middleware(SocketsMiddlewareFixture sample) : MiddlewareEndpoints<SocketsMiddlewareFixture>(sample);
 
 public sealed class Sockets_platform(SocketsPlatformFixture sample) : PlatformEndpoints<SocketsPlatformFixture>(sample);

@@ -129,6 +129,16 @@ public abstract class LinuxAioFixture(string mode) : SampleFixture("linux", mode
     protected override IReadOnlyList<string> ExtraArguments => ["--io", "aio", "--tuning", "SendFromThreadPool=false"];
 }
 
+/// <summary>The Linux transport on its io_uring engine (<c>--io io_uring</c>), with the sample's other defaults.</summary>
+public abstract class LinuxIoUringFixture(string mode) : SampleFixture("linux", mode)
+{
+    /// <inheritdoc />
+    public override Regex ExpectedTransport { get; } = new(@"^TechEmpower: transport=linux threads=\d+ scheduling=ThreadPool io=IoUring ");
+
+    /// <inheritdoc />
+    protected override IReadOnlyList<string> ExtraArguments => ["--io", "io_uring"];
+}
+
 /// <summary>Kestrel's Sockets transport, default options.</summary>
 public abstract class SocketsFixture(string mode) : SampleFixture("sockets", mode)
 {
@@ -176,6 +186,10 @@ public sealed class LinuxMiddlewareFixture() : LinuxFixture("middleware");
 public sealed class LinuxPlatformFixture() : LinuxFixture("platform");
 
 public sealed class LinuxAioPlatformFixture() : LinuxAioFixture("platform");
+
+public sealed class LinuxIoUringMiddlewareFixture() : LinuxIoUringFixture("middleware");
+
+public sealed class LinuxIoUringPlatformFixture() : LinuxIoUringFixture("platform");
 
 public sealed class SocketsMiddlewareFixture() : SocketsFixture("middleware");
 

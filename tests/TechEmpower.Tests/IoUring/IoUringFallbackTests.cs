@@ -10,8 +10,8 @@ namespace TechEmpower.Tests.IoUring;
 /// <summary>
 /// The io_uring backend where io_uring cannot be set up, as under Docker's default seccomp profile: the sample runs
 /// under deny_io_uring (deny_io_uring.c), which makes io_uring_setup, io_uring_enter and io_uring_register fail with
-/// EPERM (what Docker returns) or ENOSYS (a kernel without io_uring). <c>--io auto</c> must fall back to epoll with
-/// one warning; <c>--io io_uring</c> must refuse to start and say why. Without the filter, <c>--io io_uring</c> opens
+/// EPERM (what Docker returns) or ENOSYS (a kernel without io_uring). <c>--io auto</c> with Inline scheduling (where
+/// Auto wants io_uring) must fall back to epoll with one warning; <c>--io io_uring</c> must refuse to start and say why. Without the filter, <c>--io io_uring</c> opens
 /// one ring per loop thread.
 /// </summary>
 public sealed partial class IoUringFallbackTests
@@ -37,7 +37,7 @@ public sealed partial class IoUringFallbackTests
     public async Task Auto_runs_on_epoll_with_one_warning_when_seccomp_denies_io_uring(string denial, int errno, string description)
     {
         await using var sample = await SampleProcess.StartAsync(
-            SampleArguments("auto"), launcher: await CProgram.DenyIoUringAsync(denial));
+            [.. SampleArguments("auto"), "--scheduling", "inline"], launcher: await CProgram.DenyIoUringAsync(denial));
         AssertFiltered(sample);
 
         await AssertServesPlaintextAsync(sample);
