@@ -79,6 +79,17 @@ static int arm_wake(ktl_ring *ring)
     return 0;
 }
 
+/* The eventfd read completed: arm the next one, or remember why it cannot be. */
+static void on_wake(ktl_ring *ring, int32_t res)
+{
+    if (res >= 0 || res == -EINTR || res == -EAGAIN) {
+        if (arm_wake(ring) != 0)
+            ring->wake_error = EBUSY;
+    } else if (res != -ECANCELED) {
+        ring->wake_error = -res;
+    }
+}
+
 static int keep_pending(ktl_ring *ring, const struct io_uring_cqe *cqe)
 {
     if (ring->pending_head + ring->pending_count == ring->pending_capacity) {
@@ -134,12 +145,7 @@ static int32_t reap(ktl_ring *ring, ktl_cqe *out, int32_t capacity, ktl_op *ops,
                 (*outstanding)--;
             }
         } else if ((data & KTL_TAG_MASK) == KTL_TAG_WAKE) {
-            if (cqe->res >= 0 || cqe->res == -EINTR || cqe->res == -EAGAIN) {
-                if (arm_wake(ring) != 0)
-                    ring->wake_error = EBUSY;
-            } else if (cqe->res != -ECANCELED) {
-                ring->wake_error = -cqe->res;
-            }
+            on_wake(ring, cqe->res);
         }
         /* KTL_TAG_REMOVE_QUIET: a removal whose poll had already ended; nothing to do. */
         seen++;
@@ -267,12 +273,7 @@ static void reap_removal(ktl_ring *ring, uint64_t user_data, int *removal_res, i
         if ((data & KTL_RING_INTERNAL) == 0) {
             (void)keep_pending(ring, cqe);
         } else if ((data & KTL_TAG_MASK) == KTL_TAG_WAKE) {
-            if (cqe->res >= 0 || cqe->res == -EINTR || cqe->res == -EAGAIN) {
-                if (arm_wake(ring) != 0)
-                    ring->wake_error = EBUSY;
-            } else if (cqe->res != -ECANCELED) {
-                ring->wake_error = -cqe->res;
-            }
+            on_wake(ring, cqe->res);
         }
     }
     io_uring_cq_advance(&ring->ring, seen);
