@@ -290,7 +290,7 @@ public sealed class SampleOptions
                         case "AIO":
                             result.Io = IoBackend.EpollAio;
                             break;
-                        case "IO_URING" or "IOURING" or "URING":
+                        case "IO_URING":
                             result.Io = IoBackend.IoUring;
                             break;
                         case "AUTO":

@@ -22,7 +22,9 @@ public abstract class SampleFixture : IAsyncLifetime, IAsyncDisposable
     {
         Transport = transport;
         Mode = mode;
-        UnixSocketPath = Path.Combine(Path.GetTempPath(), $"te-tests-{Environment.ProcessId}-{transport}-{mode}.sock");
+        // Named after the fixture, not the transport and mode: several fixtures run the same transport and mode with
+        // other options (--io aio, --io io_uring), in parallel, and must not share a socket path.
+        UnixSocketPath = Path.Combine(Path.GetTempPath(), $"te-tests-{Environment.ProcessId}-{GetType().Name}.sock");
     }
 
     /// <summary>The <c>--transport</c> value.</summary>
