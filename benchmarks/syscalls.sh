@@ -77,7 +77,7 @@ load() { taskset -c "$client_cpus" wrk -t 1 -c "$connections" -d "${1}s" -s benc
 load "$warmup" > /dev/null
 
 events=raw_syscalls:sys_enter,context-switches
-for call in epoll_wait epoll_pwait epoll_ctl readv recvmsg read sendmsg writev write io_submit io_getevents futex sched_yield; do
+for call in epoll_wait epoll_pwait epoll_ctl io_uring_enter readv recvmsg read sendmsg writev write io_submit io_getevents futex sched_yield; do
     events+=",syscalls:sys_enter_$call"
 done
 perf stat -x, -e "$events" -e syscalls:sys_exit_readv --filter 'ret == -11' -p "$server" -o "$out/perf.csv" &
