@@ -11,8 +11,7 @@
  * about to be closed), or is queued quietly (IOSQE_CQE_SKIP_SUCCESS) and the poll's
  * -ECANCELED arrives through ktl_ring_wait like any completion.
  *
- * Built only where liburing was found (KTL_HAVE_URING); otherwise every entry point
- * reports ENOSYS and the managed side falls back to epoll.
+ * Built only where liburing was found; otherwise ktl_uring_none.c stands in.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -26,7 +25,6 @@
 #include "ktl.h"
 #include "ktl_sync.h"
 
-#ifdef KTL_HAVE_URING
 #include <liburing.h>
 
 #define KTL_TAG_MASK (KTL_RING_INTERNAL | (0x7full << 56))
@@ -446,68 +444,3 @@ KTL_EXPORT void ktl_ring_destroy(ktl_ring *ring)
     free(ring->pending);
     free(ring);
 }
-
-#else /* !KTL_HAVE_URING */
-
-KTL_EXPORT int32_t ktl_ring_supported(void)
-{
-    return 0;
-}
-
-KTL_EXPORT ktl_ring *ktl_ring_create(int32_t entries, ktl_ring_info *info, int32_t *error)
-{
-    (void)entries;
-    (void)info;
-    if (error != NULL)
-        *error = ENOSYS;
-    return NULL;
-}
-
-KTL_EXPORT int32_t ktl_ring_start(ktl_ring *ring, int32_t wake_fd)
-{
-    (void)ring;
-    (void)wake_fd;
-    return -ENOSYS;
-}
-
-KTL_EXPORT int32_t ktl_ring_poll(ktl_ring *ring, int32_t fd, uint32_t events, uint64_t user_data)
-{
-    (void)ring;
-    (void)fd;
-    (void)events;
-    (void)user_data;
-    return -ENOSYS;
-}
-
-KTL_EXPORT int32_t ktl_ring_remove(ktl_ring *ring, uint64_t user_data, int32_t wait)
-{
-    (void)ring;
-    (void)user_data;
-    (void)wait;
-    return -ENOSYS;
-}
-
-KTL_EXPORT int32_t ktl_ring_wait(ktl_ring *ring, int32_t timeout_ms, ktl_cqe *out, int32_t capacity)
-{
-    (void)ring;
-    (void)timeout_ms;
-    (void)out;
-    (void)capacity;
-    return -ENOSYS;
-}
-
-KTL_EXPORT int32_t ktl_ring_batch(ktl_ring *ring, int32_t direction, ktl_op *ops, int32_t count)
-{
-    (void)ring;
-    (void)direction;
-    (void)ops;
-    (void)count;
-    return -ENOSYS;
-}
-
-KTL_EXPORT void ktl_ring_destroy(ktl_ring *ring)
-{
-    (void)ring;
-}
-
-#endif /* KTL_HAVE_URING */

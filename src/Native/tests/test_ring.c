@@ -248,10 +248,10 @@ void run_ring_tests(void)
     int wake_fd = -1;
     ktl_ring *ring;
 
-    test_create_arguments();
     ring = test_ring_create(64, &wake_fd);
     if (ring == NULL)
         return;
+    test_create_arguments();
     test_nonblocking_wake_fd_refused();
     test_poll_reports_edges(ring);
     test_cancel_then_close_releases_socket(ring);
