@@ -51,13 +51,30 @@ public static class CProgram
 
         // Compiled beside its final name, then renamed over it: a concurrent test run never executes half a file.
         var partial = $"{output}.{Environment.ProcessId}.tmp";
-        var start = new ProcessStartInfo(compiler)
+        var compile = await RunAsync([compiler, "-std=gnu11", "-O2", "-Wall", "-Wextra", "-o", partial, source], CompileTimeout);
+        var messages = (compile.Stdout + compile.Stderr).Trim();
+        if (compile.ExitCode != 0)
+        {
+            File.Delete(partial);
+            throw new InvalidOperationException(
+                $"'{compile.Command}' failed with exit code {compile.ExitCode} "
+                + $"(the Linux UAPI headers come with Debian's linux-libc-dev):{Environment.NewLine}{messages}");
+        }
+
+        File.Move(partial, output, overwrite: true);
+        return output;
+    }
+
+    /// <summary>Runs <paramref name="command"/> to its exit; after <paramref name="timeout"/> it is killed and a TimeoutException thrown.</summary>
+    public static async Task<CommandRun> RunAsync(IReadOnlyList<string> command, TimeSpan timeout)
+    {
+        var start = new ProcessStartInfo(command[0])
         {
             RedirectStandardOutput = true,
             RedirectStandardError = true,
             UseShellExecute = false,
         };
-        foreach (var argument in new[] { "-std=gnu11", "-O2", "-Wall", "-Wextra", "-o", partial, source })
+        foreach (var argument in command.Skip(1))
         {
             start.ArgumentList.Add(argument);
         }
@@ -67,25 +84,15 @@ public static class CProgram
         var stderr = process.StandardError.ReadToEndAsync();
         try
         {
-            await process.WaitForExitAsync().WaitAsync(CompileTimeout);
+            await process.WaitForExitAsync().WaitAsync(timeout);
         }
         catch (TimeoutException)
         {
             process.Kill(entireProcessTree: true);
-            throw new TimeoutException($"'{compiler}' did not compile {source} within {CompileTimeout}.");
+            throw new TimeoutException($"'{string.Join(' ', command)}' did not exit within {timeout}.");
         }
 
-        var messages = (await stdout + await stderr).Trim();
-        if (process.ExitCode != 0)
-        {
-            File.Delete(partial);
-            throw new InvalidOperationException(
-                $"'{compiler} {string.Join(' ', start.ArgumentList)}' failed with exit code {process.ExitCode} "
-                + $"(the Linux UAPI headers come with Debian's linux-libc-dev):{Environment.NewLine}{messages}");
-        }
-
-        File.Move(partial, output, overwrite: true);
-        return output;
+        return new CommandRun(string.Join(' ', command), process.Id, process.ExitCode, await stdout, await stderr);
     }
 
     private static string? FindCompiler()
@@ -105,4 +112,16 @@ public static class CProgram
 
         return null;
     }
+}
+
+/// <summary>A command that ran to its exit: what it printed, and its pid (the launcher execs, so it is the command's).</summary>
+public sealed record CommandRun(string Command, int ProcessId, int ExitCode, string Stdout, string Stderr)
+{
+    /// <summary>The probe's line for one call, or "" when it printed none.</summary>
+    public string Line(string call) =>
+        Stdout.Split('\n').FirstOrDefault(l => l.StartsWith(call + ": ", StringComparison.Ordinal)) ?? "";
+
+    public override string ToString() =>
+        $"{Environment.NewLine}$ {Command}{Environment.NewLine}exit code {ExitCode}{Environment.NewLine}"
+        + $"stdout:{Environment.NewLine}{Stdout}stderr:{Environment.NewLine}{Stderr}";
 }

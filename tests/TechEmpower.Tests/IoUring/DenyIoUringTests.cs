@@ -1,4 +1,3 @@
-using System.Diagnostics;
 using System.Text.RegularExpressions;
 
 namespace TechEmpower.Tests.IoUring;
@@ -82,43 +81,5 @@ public sealed class DenyIoUringTests
     private static string StatusField(string status, string name) =>
         Regex.Match(status, $@"^{name}:\s*(\S+)", RegexOptions.Multiline) is { Success: true } match ? match.Groups[1].Value : "";
 
-    private static async Task<Run> RunAsync(IReadOnlyList<string> command)
-    {
-        var start = new ProcessStartInfo(command[0])
-        {
-            RedirectStandardOutput = true,
-            RedirectStandardError = true,
-            UseShellExecute = false,
-        };
-        foreach (var argument in command.Skip(1))
-        {
-            start.ArgumentList.Add(argument);
-        }
-
-        using var process = Process.Start(start)!;
-        var stdout = process.StandardOutput.ReadToEndAsync();
-        var stderr = process.StandardError.ReadToEndAsync();
-        try
-        {
-            await process.WaitForExitAsync().WaitAsync(RunTimeout);
-        }
-        catch (TimeoutException)
-        {
-            process.Kill(entireProcessTree: true);
-            throw new TimeoutException($"'{string.Join(' ', command)}' did not exit within {RunTimeout}.");
-        }
-
-        return new Run(string.Join(' ', command), process.Id, process.ExitCode, await stdout, await stderr);
-    }
-
-    private sealed record Run(string Command, int ProcessId, int ExitCode, string Stdout, string Stderr)
-    {
-        /// <summary>The probe's line for one call, or "" when it printed none.</summary>
-        public string Line(string call) =>
-            Stdout.Split('\n').FirstOrDefault(l => l.StartsWith(call + ": ", StringComparison.Ordinal)) ?? "";
-
-        public override string ToString() =>
-            $"{Environment.NewLine}$ {Command}{Environment.NewLine}exit code {ExitCode}{Environment.NewLine}"
-            + $"stdout:{Environment.NewLine}{Stdout}stderr:{Environment.NewLine}{Stderr}";
-    }
+    private static Task<CommandRun> RunAsync(IReadOnlyList<string> command) => CProgram.RunAsync(command, RunTimeout);
 }
