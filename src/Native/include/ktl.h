@@ -20,7 +20,7 @@
 extern "C" {
 #endif
 
-#define KTL_ABI_VERSION 3
+#define KTL_ABI_VERSION 4
 
 #define KTL_EXPORT __attribute__((visibility("default")))
 
@@ -121,6 +121,9 @@ typedef struct ktl_cqe {
 /* user_data values with this bit set are the engine's own; ktl_ring_poll rejects them. */
 #define KTL_RING_INTERNAL (1ull << 63)
 
+/* Marks an accept's user_data (ktl_ring_accept): its completions carry accepted sockets. */
+#define KTL_RING_ACCEPT (1ull << 62)
+
 typedef struct ktl_ring ktl_ring;
 
 /* 1 when this build has the io_uring engine (liburing was found at build time), else 0. */
@@ -145,7 +148,7 @@ KTL_EXPORT int32_t ktl_ring_start(ktl_ring *ring, int32_t wake_fd);
 
 /*
  * Queues a poll of fd for events (poll(2)/epoll(7) bits; EPOLLEXCLUSIVE allowed) whose
- * completions carry user_data (bit 63 clear). With EPOLLET it is multishot and reports
+ * completions carry user_data (bits 63 and 62 clear). With EPOLLET it is multishot and reports
  * edges, as an edge-triggered epoll registration does; without, it is one-shot, and the
  * caller re-arms it after each completion, which then reports the level again at once if
  * it still holds. Submitted by the next ktl_ring_wait, ktl_ring_batch or ktl_ring_remove.
@@ -154,11 +157,22 @@ KTL_EXPORT int32_t ktl_ring_start(ktl_ring *ring, int32_t wake_fd);
 KTL_EXPORT int32_t ktl_ring_poll(ktl_ring *ring, int32_t fd, uint32_t events, uint64_t user_data);
 
 /*
- * Removes the poll with user_data. wait != 0: submits now and returns once the poll has
- * ended for good, its last completion consumed here (not reported): the poll holds a
+ * Queues a multishot accept (Linux 5.19) on the listening socket fd: every connection it
+ * accepts is one completion whose res is the new socket (non-blocking, close-on-exec), or
+ * -errno; KTL_CQE_MORE says it is still armed (an error, or a full completion queue, ends it,
+ * and the caller queues it again). No peer address comes with it (getpeername(2) has it).
+ * user_data must have KTL_RING_ACCEPT set and bit 63 clear. A socket accepted into a
+ * completion the caller never receives (its accept removed with wait, or the ring destroyed)
+ * is closed here. Returns 0 or -errno.
+ */
+KTL_EXPORT int32_t ktl_ring_accept(ktl_ring *ring, int32_t fd, uint64_t user_data);
+
+/*
+ * Removes the poll or accept with user_data. wait != 0: submits now and returns once the
+ * request has ended for good, its last completion consumed here (not reported): it holds a
  * reference to the socket, so only then does closing the fd release it (FIN or RST goes
  * out, an unbound listener stops taking connections). Usually one io_uring_enter. wait == 0:
- * only queues the removal; the poll's -ECANCELED then comes through ktl_ring_wait.
+ * only queues the removal; the request's -ECANCELED then comes through ktl_ring_wait.
  * Returns 0 or -errno.
  */
 KTL_EXPORT int32_t ktl_ring_remove(ktl_ring *ring, uint64_t user_data, int32_t wait);

@@ -1,15 +1,7 @@
 /*
- * ktl_uring.c - the io_uring engine: a ring per event-loop thread (see ktl.h).
- *
- * Three kinds of request live in a ring, told apart by their user_data:
- *   - the loop's polls: multishot POLL_ADD per socket, user_data chosen by the caller
- *     (bit 63 clear); their completions are what ktl_ring_wait reports;
- *   - the wake-up: one pending read of the loop's eventfd (KTL_TAG_WAKE), re-armed each
- *     time it completes, so another thread's eventfd write ends a wait;
- *   - a batch's ops (KTL_TAG_OP | index), which never outlive ktl_ring_batch.
- * A removal either waits, inside ktl_ring_remove, for the poll's last completion (an fd
- * about to be closed), or is queued quietly (IOSQE_CQE_SKIP_SUCCESS) and the poll's
- * -ECANCELED arrives through ktl_ring_wait like any completion.
+ * ktl_uring.c - the io_uring engine's ring: set-up on any thread, start on the loop thread,
+ * the eventfd wake-up, waiting for completions and handing them out (see ktl.h for the
+ * ABI, ktl_uring_ring.h for how the engine's files divide the work).
  *
  * Built only where liburing was found; otherwise ktl_uring_none.c stands in.
  */
@@ -17,47 +9,17 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
-#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "ktl.h"
-#include "ktl_sync.h"
-
-#include <liburing.h>
-
-#define KTL_TAG_MASK (KTL_RING_INTERNAL | (0x7full << 56))
-#define KTL_TAG_WAKE (KTL_RING_INTERNAL | (1ull << 56))
-#define KTL_TAG_OP (KTL_RING_INTERNAL | (2ull << 56))
-#define KTL_TAG_REMOVE (KTL_RING_INTERNAL | (3ull << 56))
-#define KTL_TAG_REMOVE_QUIET (KTL_RING_INTERNAL | (4ull << 56))
-
-struct ktl_ring {
-    struct io_uring ring;
-    int32_t wake_fd;
-    int32_t wake_error;   /* positive errno once the wake-up read failed for good */
-    pid_t owner;          /* the thread that started the ring (and registered its fd) */
-    uint64_t wake_value;  /* the eventfd read's buffer: the kernel writes it */
-
-    /* One msghdr per op of the current batch; the kernel reads them during submission. */
-    struct msghdr *msgs;
-    int32_t msg_capacity;
-
-    /* Poll completions reaped while a batch waited for its ops, for the next wait. */
-    ktl_cqe *pending;
-    int32_t pending_head;
-    int32_t pending_count;
-    int32_t pending_capacity;
-};
+#include "ktl_uring_ring.h"
 
 KTL_EXPORT int32_t ktl_ring_supported(void)
 {
     return 1;
 }
 
-/* An SQE, submitting what is queued first when the submission queue is full. */
-static struct io_uring_sqe *next_sqe(ktl_ring *ring)
+struct io_uring_sqe *ktl_ring_sqe(ktl_ring *ring)
 {
     struct io_uring_sqe *sqe = io_uring_get_sqe(&ring->ring);
     if (sqe == NULL) {
@@ -69,7 +31,7 @@ static struct io_uring_sqe *next_sqe(ktl_ring *ring)
 
 static int arm_wake(ktl_ring *ring)
 {
-    struct io_uring_sqe *sqe = next_sqe(ring);
+    struct io_uring_sqe *sqe = ktl_ring_sqe(ring);
     if (sqe == NULL)
         return -EBUSY;
     io_uring_prep_read(sqe, ring->wake_fd, &ring->wake_value, sizeof(ring->wake_value), 0);
@@ -77,8 +39,7 @@ static int arm_wake(ktl_ring *ring)
     return 0;
 }
 
-/* The eventfd read completed: arm the next one, or remember why it cannot be. */
-static void on_wake(ktl_ring *ring, int32_t res)
+void ktl_ring_on_wake(ktl_ring *ring, int32_t res)
 {
     if (res >= 0 || res == -EINTR || res == -EAGAIN) {
         if (arm_wake(ring) != 0)
@@ -88,7 +49,7 @@ static void on_wake(ktl_ring *ring, int32_t res)
     }
 }
 
-static int keep_pending(ktl_ring *ring, const struct io_uring_cqe *cqe)
+int ktl_ring_keep(ktl_ring *ring, const struct io_uring_cqe *cqe)
 {
     if (ring->pending_head + ring->pending_count == ring->pending_capacity) {
         if (ring->pending_head > 0) {
@@ -111,12 +72,13 @@ static int keep_pending(ktl_ring *ring, const struct io_uring_cqe *cqe)
     return 0;
 }
 
-/*
- * Consumes the completions in the CQ ring. Polls go to out while it has room (and then stop
- * the scan) or, when out is NULL, to the pending list; a batch's ops go to ops. Returns how
- * many polls were copied to out.
- */
-static int32_t reap(ktl_ring *ring, ktl_cqe *out, int32_t capacity, ktl_op *ops, int32_t *outstanding)
+void ktl_ring_discard(const struct io_uring_cqe *cqe)
+{
+    if ((cqe->user_data & (KTL_RING_INTERNAL | KTL_RING_ACCEPT)) == KTL_RING_ACCEPT && cqe->res >= 0)
+        close(cqe->res);
+}
+
+int32_t ktl_ring_reap(ktl_ring *ring, ktl_cqe *out, int32_t capacity, ktl_op *ops, int32_t *outstanding)
 {
     struct io_uring_cqe *cqe;
     unsigned head;
@@ -135,7 +97,7 @@ static int32_t reap(ktl_ring *ring, ktl_cqe *out, int32_t capacity, ktl_op *ops,
                 copied++;
             } else {
                 /* Out of memory drops the event: the socket's next one still arrives. */
-                (void)keep_pending(ring, cqe);
+                (void)ktl_ring_keep(ring, cqe);
             }
         } else if ((data & KTL_TAG_MASK) == KTL_TAG_OP) {
             if (ops != NULL) {
@@ -143,9 +105,9 @@ static int32_t reap(ktl_ring *ring, ktl_cqe *out, int32_t capacity, ktl_op *ops,
                 (*outstanding)--;
             }
         } else if ((data & KTL_TAG_MASK) == KTL_TAG_WAKE) {
-            on_wake(ring, cqe->res);
+            ktl_ring_on_wake(ring, cqe->res);
         }
-        /* KTL_TAG_REMOVE_QUIET: a removal whose poll had already ended; nothing to do. */
+        /* KTL_TAG_REMOVE_QUIET: a removal whose request had already ended; nothing to do. */
         seen++;
     }
     io_uring_cq_advance(&ring->ring, seen);
@@ -227,105 +189,6 @@ KTL_EXPORT int32_t ktl_ring_start(ktl_ring *ring, int32_t wake_fd)
     return arm_wake(ring);
 }
 
-KTL_EXPORT int32_t ktl_ring_poll(ktl_ring *ring, int32_t fd, uint32_t events, uint64_t user_data)
-{
-    struct io_uring_sqe *sqe;
-
-    if (ring == NULL || fd < 0 || (user_data & KTL_RING_INTERNAL) != 0)
-        return -EINVAL;
-    sqe = next_sqe(ring);
-    if (sqe == NULL)
-        return -EBUSY;
-    if (events & EPOLLET)
-        io_uring_prep_poll_multishot(sqe, fd, events & ~(uint32_t)EPOLLET);
-    else
-        io_uring_prep_poll_add(sqe, fd, events); /* one-shot: re-armed, it reports the level again */
-    io_uring_sqe_set_data64(sqe, user_data);
-    return 0;
-}
-
-/* Reaps until the removal (KTL_TAG_REMOVE) has answered and, if it found the poll, until the
- * poll's last completion has been seen; keeps every other poll completion for the next wait.
- * *removal_res is the removal's result once it has answered. */
-static void reap_removal(ktl_ring *ring, uint64_t user_data, int *removal_res, int *removal_done, int *poll_done)
-{
-    struct io_uring_cqe *cqe;
-    unsigned head;
-    unsigned seen = 0;
-
-    io_uring_for_each_cqe(&ring->ring, head, cqe) {
-        uint64_t data = cqe->user_data;
-        seen++;
-        if (data == user_data) {
-            if (!(cqe->flags & IORING_CQE_F_MORE))
-                *poll_done = 1; /* its last word: -ECANCELED, or an event that ended it */
-            continue;           /* the caller forgets this fd: its events go nowhere */
-        }
-        if (data == KTL_TAG_REMOVE) {
-            *removal_done = 1;
-            *removal_res = cqe->res;
-            if (cqe->res == -ENOENT)
-                *poll_done = 1; /* the poll had already ended */
-            continue;
-        }
-        if ((data & KTL_RING_INTERNAL) == 0) {
-            (void)keep_pending(ring, cqe);
-        } else if ((data & KTL_TAG_MASK) == KTL_TAG_WAKE) {
-            on_wake(ring, cqe->res);
-        }
-    }
-    io_uring_cq_advance(&ring->ring, seen);
-}
-
-/* IORING_OP_ASYNC_CANCEL rather than POLL_REMOVE: a poll whose wake-up is being processed
- * at that moment cannot be disarmed by POLL_REMOVE (-EALREADY, and it stays armed), while
- * a cancel marks it, and whoever holds it completes it with -ECANCELED. */
-static int queue_removal(ktl_ring *ring, uint64_t user_data, uint64_t tag)
-{
-    struct io_uring_sqe *sqe = next_sqe(ring);
-    if (sqe == NULL)
-        return -EBUSY;
-    io_uring_prep_cancel64(sqe, user_data, 0);
-    io_uring_sqe_set_data64(sqe, tag);
-    if (tag == KTL_TAG_REMOVE_QUIET)
-        sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
-    return 0;
-}
-
-KTL_EXPORT int32_t ktl_ring_remove(ktl_ring *ring, uint64_t user_data, int32_t wait)
-{
-    int removal_done = 0, poll_done = 0, removal_res = 0;
-    int ret;
-
-    if (ring == NULL || (user_data & KTL_RING_INTERNAL) != 0)
-        return -EINVAL;
-    if (!wait)
-        return queue_removal(ring, user_data, KTL_TAG_REMOVE_QUIET);
-
-    /* Usually one io_uring_enter: the cancel and the poll's -ECANCELED complete in it. The
-     * poll holds a reference to the socket until its last completion, so returning earlier
-     * would let the caller close an fd whose socket the kernel still keeps open. */
-    ret = queue_removal(ring, user_data, KTL_TAG_REMOVE);
-    if (ret < 0)
-        return ret;
-    ret = io_uring_submit_and_get_events(&ring->ring);
-    for (;;) {
-        if (ret < 0 && ret != -EINTR && ret != -EAGAIN && ret != -EBUSY && ret != -ETIME)
-            return ret;
-        reap_removal(ring, user_data, &removal_res, &removal_done, &poll_done);
-        if (poll_done && removal_done)
-            return 0;
-        if (removal_done && removal_res != 0 && removal_res != -ENOENT) {
-            /* -EALREADY (or a transient failure): the poll is still armed; ask again. */
-            removal_done = 0;
-            ret = queue_removal(ring, user_data, KTL_TAG_REMOVE);
-            if (ret < 0)
-                return ret;
-        }
-        ret = io_uring_submit_and_wait(&ring->ring, 1);
-    }
-}
-
 KTL_EXPORT int32_t ktl_ring_wait(ktl_ring *ring, int32_t timeout_ms, ktl_cqe *out, int32_t capacity)
 {
     int32_t count = 0;
@@ -359,74 +222,7 @@ KTL_EXPORT int32_t ktl_ring_wait(ktl_ring *ring, int32_t timeout_ms, ktl_cqe *ou
     if (ret < 0 && ret != -ETIME && ret != -EINTR && ret != -EBUSY && ret != -EAGAIN)
         return ret;
 
-    return count + reap(ring, out + count, capacity - count, NULL, NULL);
-}
-
-KTL_EXPORT int32_t ktl_ring_batch(ktl_ring *ring, int32_t direction, ktl_op *ops, int32_t count)
-{
-    int32_t outstanding = 0;
-
-    if (ring == NULL || ops == NULL || count < 0)
-        return -EINVAL;
-    if (direction != KTL_OP_RECEIVE && direction != KTL_OP_SEND)
-        return -EINVAL;
-    if (count > ring->msg_capacity) {
-        int32_t capacity = count < 64 ? 64 : count;
-        struct msghdr *grown = realloc(ring->msgs, (size_t)capacity * sizeof(struct msghdr));
-        if (grown == NULL)
-            return -ENOMEM;
-        ring->msgs = grown;
-        ring->msg_capacity = capacity;
-    }
-
-    for (int32_t i = 0; i < count; i++) {
-        ktl_op *op = &ops[i];
-        struct msghdr *msg = &ring->msgs[i];
-        struct io_uring_sqe *sqe;
-
-        if (!ktl_op_is_valid(direction, op)) {
-            op->result = -EINVAL;
-            continue;
-        }
-        if (op->flags & KTL_SEND_ZEROCOPY) {
-            /* MSG_ZEROCOPY's notifications arrive on the error queue, as the epoll engine expects. */
-            ktl_sync_op(direction, op);
-            continue;
-        }
-
-        sqe = next_sqe(ring);
-        if (sqe == NULL) {
-            ktl_sync_op(direction, op);
-            continue;
-        }
-        memset(msg, 0, sizeof(*msg));
-        msg->msg_iov = (struct iovec *)op->iov;
-        msg->msg_iovlen = (size_t)op->iov_count;
-        /* MSG_DONTWAIT: a socket with nothing to read or no room completes with -EAGAIN at
-         * once instead of arming an internal poll, so no op outlives this call. */
-        if (direction == KTL_OP_RECEIVE)
-            io_uring_prep_recvmsg(sqe, op->fd, msg, MSG_DONTWAIT);
-        else
-            io_uring_prep_sendmsg(sqe, op->fd, msg, MSG_DONTWAIT | MSG_NOSIGNAL);
-        io_uring_sqe_set_data64(sqe, KTL_TAG_OP | (uint64_t)i);
-        outstanding++;
-    }
-
-    if (outstanding > 0) {
-        int ret = io_uring_submit(&ring->ring);
-        while (1) {
-            reap(ring, NULL, 0, ops, &outstanding);
-            if (outstanding == 0)
-                break;
-            /* Not all completed inline: wait (this also runs deferred completion work). */
-            ret = io_uring_submit_and_wait(&ring->ring, 1);
-            if (ret < 0 && ret != -EINTR && ret != -ETIME && ret != -EAGAIN && ret != -EBUSY)
-                break;
-        }
-        if (outstanding > 0)
-            return ret < 0 ? ret : -EIO;
-    }
-    return count;
+    return count + ktl_ring_reap(ring, out + count, capacity - count, NULL, NULL);
 }
 
 KTL_EXPORT void ktl_ring_destroy(ktl_ring *ring)
@@ -439,6 +235,19 @@ KTL_EXPORT void ktl_ring_destroy(ktl_ring *ring)
         io_uring_unregister_ring_fd(&ring->ring);
     else
         ring->ring.int_flags = 0;
+    /* Sockets accepted into completions nobody will read are closed, not leaked. */
+    for (int32_t i = 0; i < ring->pending_count; i++) {
+        const ktl_cqe *kept = &ring->pending[ring->pending_head + i];
+        struct io_uring_cqe cqe = { .user_data = kept->user_data, .res = kept->res };
+        ktl_ring_discard(&cqe);
+    }
+    struct io_uring_cqe *cqe;
+    unsigned head, seen = 0;
+    io_uring_for_each_cqe(&ring->ring, head, cqe) {
+        ktl_ring_discard(cqe);
+        seen++;
+    }
+    io_uring_cq_advance(&ring->ring, seen);
     io_uring_queue_exit(&ring->ring);
     free(ring->msgs);
     free(ring->pending);

@@ -38,6 +38,14 @@ KTL_EXPORT int32_t ktl_ring_poll(ktl_ring *ring, int32_t fd, uint32_t events, ui
     return -ENOSYS;
 }
 
+KTL_EXPORT int32_t ktl_ring_accept(ktl_ring *ring, int32_t fd, uint64_t user_data)
+{
+    (void)ring;
+    (void)fd;
+    (void)user_data;
+    return -ENOSYS;
+}
+
 KTL_EXPORT int32_t ktl_ring_remove(ktl_ring *ring, uint64_t user_data, int32_t wait)
 {
     (void)ring;

@@ -65,5 +65,6 @@ int check_pattern(const uint8_t *buf, size_t len, unsigned seed, size_t start);
 void run_abi_tests(void);
 void run_io_tests(const io_mode *mode);
 void run_ring_tests(void);
+void run_ring_accept_tests(void);
 
 #endif /* KTL_TEST_H */

@@ -23,7 +23,7 @@ _Static_assert(offsetof(ktl_op, reserved) == 28, "reserved offset");
 static void test_version_and_layout(void)
 {
     CHECK_EQ(ktl_abi_version(), KTL_ABI_VERSION);
-    CHECK_EQ(KTL_ABI_VERSION, 3);
+    CHECK_EQ(KTL_ABI_VERSION, 4);
     CHECK_EQ(sizeof(ktl_cqe), 16);
     CHECK_EQ(offsetof(ktl_cqe, res), 8);
     CHECK_EQ(offsetof(ktl_cqe, flags), 12);

@@ -19,7 +19,7 @@ static const io_mode modes[] = {
 int main(int argc, char **argv)
 {
     if (argc != 2) {
-        fprintf(stderr, "usage: %s abi|sync|aio|aio_small|uring|ring\n", argv[0]);
+        fprintf(stderr, "usage: %s abi|sync|aio|aio_small|uring|ring|ring_accept\n", argv[0]);
         return 2;
     }
     if (strcmp(argv[1], "abi") == 0) {
@@ -29,6 +29,10 @@ int main(int argc, char **argv)
     }
     if (strcmp(argv[1], "ring") == 0) {
         run_ring_tests();
+        return 0;
+    }
+    if (strcmp(argv[1], "ring_accept") == 0) {
+        run_ring_accept_tests();
         return 0;
     }
     for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++) {

@@ -60,7 +60,7 @@ internal static class EngineChoice
     {
         if (backend == IoBackend.IoUring)
         {
-            var ring = UringEngine.TryCreate(out _, out string? reason);
+            var ring = UringEngine.TryCreate(out _, out string? reason, options.Tuning.MultishotAccept);
             if (ring is not null)
             {
                 return ring;

@@ -56,6 +56,22 @@ internal abstract class IoEngine : IDisposable
     /// <summary>Starts watching <paramref name="fd"/> for <paramref name="events"/> (epoll(7) bits), reporting them for <paramref name="owner"/>.</summary>
     public abstract SysResult Register(int fd, object owner, uint events);
 
+    /// <summary>
+    /// Starts accepting on a listening <paramref name="fd"/> for <paramref name="owner"/>. Here: readiness, like
+    /// <see cref="Register"/>, and the owner calls accept4. Where <see cref="AcceptsInKernel"/> is true the kernel
+    /// accepts, and each event of the owner is one accepted socket, read with <see cref="AcceptedAt"/>.
+    /// </summary>
+    public virtual SysResult RegisterListener(int fd, object owner, uint events) => Register(fd, owner, events);
+
+    /// <summary>True when a listener's events are accepted sockets (io_uring's multishot accept), not readiness.</summary>
+    public virtual bool AcceptsInKernel => false;
+
+    /// <summary>
+    /// Where <see cref="AcceptsInKernel"/>: the socket the <paramref name="index"/>-th event of the last
+    /// <see cref="Wait"/> accepted (the caller owns it), or -errno when the accept failed.
+    /// </summary>
+    public virtual int AcceptedAt(int index) => throw new NotSupportedException("This engine reports listener readiness, not accepted sockets.");
+
     /// <summary>Stops watching a registered fd (a listener backed off), remembering its owner for <see cref="Resume"/>.</summary>
     public abstract SysResult Pause(int fd);
 

@@ -6,15 +6,16 @@ namespace Kestrel.Transport.Linux.Engines;
 
 /// <summary>
 /// The io_uring backend (<see cref="IoBackend.IoUring"/>): one ring per loop, in libktl_native.so. Each registered
-/// socket has a poll in the ring whose completions are the loop's events: multishot for an edge-triggered
-/// registration (EPOLLET, the connections), one-shot and re-armed after each completion for a level-triggered one
-/// (the listeners, which accept a bounded number per event and count on being told again); the wake-up is a pending read of a blocking eventfd; a pass's receive or send batch is
-/// one <c>io_uring_enter</c> that returns with every op's result, so pipe memory is never left with the kernel.
+/// connection has a multishot poll in the ring whose completions are its events (edges, as EPOLLET reports them);
+/// each listener has a multishot accept, whose completions are accepted sockets (<see cref="AcceptedAt"/>); the
+/// wake-up is a pending read of a blocking eventfd; a pass's receive or send batch is one <c>io_uring_enter</c>
+/// that returns with every op's result, so pipe memory is never left with the kernel.
 /// </summary>
 /// <remarks>
-/// A poll's completions carry its fd and a generation number. Every registration takes a new generation, and
-/// forgetting an fd clears it, so a completion that was already queued for an fd's previous registration (a
-/// closed connection whose number was reused, a paused listener) is recognised and dropped.
+/// A request's completions carry its fd, a generation number and whether it is an accept. Every registration
+/// takes a new generation, and forgetting an fd clears it, so a completion that was already queued for an fd's
+/// previous registration (a closed connection whose number was reused, a paused listener) is recognised and
+/// dropped; a socket such a stale accept brought is closed.
 /// </remarks>
 internal sealed unsafe class UringEngine : IoEngine
 {
@@ -25,25 +26,32 @@ internal sealed unsafe class UringEngine : IoEngine
     public const int EventCapacity = EpollEngine.EventCapacity;
 
     private const int Ecanceled = 125;
+    private const uint GenerationMask = (1u << 30) - 1; // bits 62 and 63 of the user data are not the generation's
     private const int Eopnotsupp = 95;
 
     private readonly OwnedFd _wake;
     private readonly RingCompletion* _events;
     private readonly object?[] _eventOwners = new object?[EventCapacity];
     private readonly uint[] _eventBits = new uint[EventCapacity];
+    private readonly int[] _accepted = new int[EventCapacity];
     private readonly RingExecutor _executor;
     private nint _ring;
 
-    // Per fd number: who registered it, its poll's generation (0: none armed) and events, for re-arming.
+    // Per fd number: who registered it, its request's generation (0: none armed), its events and whether it is a
+    // listener's accept, for re-arming.
     private object?[] _owners = new object?[1024];
+    private bool[] _accepts = new bool[1024];
     private uint[] _generations = new uint[1024];
     private uint[] _pollEvents = new uint[1024];
     private uint _lastGeneration;
     private bool _disposed;
 
-    private UringEngine(nint ring, RingInfo info, OwnedFd wake)
+    private readonly bool _multishotAccept;
+
+    private UringEngine(nint ring, RingInfo info, OwnedFd wake, bool multishotAccept)
     {
         _ring = ring;
+        _multishotAccept = multishotAccept;
         _wake = wake;
         Info = info;
         _executor = new RingExecutor(this);
@@ -61,11 +69,13 @@ internal sealed unsafe class UringEngine : IoEngine
 
     public override bool UsesAio => false;
 
+    public override bool AcceptsInKernel => _multishotAccept;
+
     /// <summary>
     /// Creates a ring (disabled until <see cref="Start"/> runs on the loop thread), or returns null with the positive
     /// errno of the failure and a description of the likely cause.
     /// </summary>
-    public static UringEngine? TryCreate(out int error, out string? reason)
+    public static UringEngine? TryCreate(out int error, out string? reason, bool multishotAccept = true)
     {
         reason = null;
         error = 0;
@@ -103,7 +113,7 @@ internal sealed unsafe class UringEngine : IoEngine
             return null;
         }
 
-        return new UringEngine(ring, info, OwnedFd.Take(wake, "eventfd"));
+        return new UringEngine(ring, info, OwnedFd.Take(wake, "eventfd"), multishotAccept);
     }
 
     /// <summary>The IORING_SETUP_* flags that matter here, as a log names them.</summary>
@@ -121,12 +131,12 @@ internal sealed unsafe class UringEngine : IoEngine
         }
     }
 
-    public override SysResult Register(int fd, object owner, uint events)
-    {
-        EnsureCapacity(fd);
-        _owners[fd] = owner;
-        return Arm(fd, events);
-    }
+    public override SysResult Register(int fd, object owner, uint events) => Watch(fd, owner, events, accept: false);
+
+    /// <summary>A multishot accept (Linux 5.19, which every ring this engine sets up has): no accept4, no EAGAIN at the end of a burst.</summary>
+    public override SysResult RegisterListener(int fd, object owner, uint events) => Watch(fd, owner, events, accept: _multishotAccept);
+
+    public override int AcceptedAt(int index) => _accepted[index];
 
     public override SysResult Pause(int fd)
     {
@@ -154,9 +164,10 @@ internal sealed unsafe class UringEngine : IoEngine
         _generations[fd] = 0;
         if (generation != 0)
         {
-            // The poll holds its own reference to the socket, so the removal goes to the kernel now and returns
-            // once the poll has ended (usually one io_uring_enter): otherwise closing the fd would not release the
-            // socket, a peer would see no FIN, and an unbound listener would go on filling its backlog.
+            // The request holds its own reference to the socket, so the removal goes to the kernel now and returns
+            // once it has ended (usually one io_uring_enter): otherwise closing the fd would not release the
+            // socket, a peer would see no FIN, and an unbound listener would go on filling its backlog. Sockets
+            // accepted into its last completions are closed by the native side.
             _ = NativeEngine.ktl_ring_remove(_ring, UserData(fd, generation), wait: 1);
         }
     }
@@ -207,17 +218,28 @@ internal sealed unsafe class UringEngine : IoEngine
         NativeMemory.Free(_events);
     }
 
-    private static ulong UserData(int fd, uint generation) => ((ulong)generation << 32) | (uint)fd;
+    private ulong UserData(int fd, uint generation)
+        => ((ulong)generation << 32) | (uint)fd | (_accepts[fd] ? NativeEngine.RingAccept : 0);
+
+    private SysResult Watch(int fd, object owner, uint events, bool accept)
+    {
+        EnsureCapacity(fd);
+        _owners[fd] = owner;
+        _accepts[fd] = accept;
+        return Arm(fd, events);
+    }
 
     private SysResult Arm(int fd, uint events)
     {
         EnsureCapacity(fd);
 
-        // 31 bits: bit 63 of the user data is the native engine's own.
-        _lastGeneration = _lastGeneration == int.MaxValue ? 1 : _lastGeneration + 1;
+        _lastGeneration = _lastGeneration == GenerationMask ? 1 : _lastGeneration + 1;
         _generations[fd] = _lastGeneration;
         _pollEvents[fd] = events;
-        int result = NativeEngine.ktl_ring_poll(_ring, fd, events, UserData(fd, _lastGeneration));
+        ulong userData = UserData(fd, _lastGeneration);
+        int result = _accepts[fd]
+            ? NativeEngine.ktl_ring_accept(_ring, fd, userData)
+            : NativeEngine.ktl_ring_poll(_ring, fd, events, userData);
         if (result < 0)
         {
             _generations[fd] = 0;
@@ -231,15 +253,29 @@ internal sealed unsafe class UringEngine : IoEngine
     {
         RingCompletion completion = _events[index];
         int fd = (int)(uint)completion.UserData;
-        uint generation = (uint)(completion.UserData >> 32);
+        uint generation = (uint)(completion.UserData >> 32) & GenerationMask;
+        bool accept = (completion.UserData & NativeEngine.RingAccept) != 0;
         _eventOwners[index] = null;
         _eventBits[index] = 0;
         if (fd >= _generations.Length || _generations[fd] != generation)
         {
-            return; // a poll that was removed, or that belonged to an earlier use of this fd number
+            // A request that was removed, or that belonged to an earlier use of this fd number; a socket it
+            // accepted has nobody to go to.
+            if (accept && completion.Result >= 0)
+            {
+                new OwnedFd(completion.Result).Dispose();
+            }
+
+            return;
         }
 
         bool armed = (completion.Flags & NativeEngine.CqeMore) != 0;
+        if (accept)
+        {
+            ResolveAccept(index, fd, completion.Result, armed);
+            return;
+        }
+
         if (completion.Result >= 0)
         {
             _eventOwners[index] = _owners[fd];
@@ -265,12 +301,33 @@ internal sealed unsafe class UringEngine : IoEngine
         }
     }
 
+    /// <summary>
+    /// An accept's completion: a socket, or the error that ended the multishot accept. Whatever ended it, it is
+    /// queued again at once; the acceptor pauses it when the error calls for a backoff (EMFILE...), and the
+    /// pause's removal follows this re-arm in the same submission.
+    /// </summary>
+    private void ResolveAccept(int index, int fd, int result, bool armed)
+    {
+        if (result != -Ecanceled)
+        {
+            _eventOwners[index] = _owners[fd];
+            _eventBits[index] = Epoll.EPOLLIN;
+            _accepted[index] = result;
+        }
+
+        if (!armed)
+        {
+            _ = Arm(fd, _pollEvents[fd]);
+        }
+    }
+
     private void EnsureCapacity(int fd)
     {
         if (fd >= _owners.Length)
         {
             int size = Math.Max(fd + 1, _owners.Length * 2);
             Array.Resize(ref _owners, size);
+            Array.Resize(ref _accepts, size);
             Array.Resize(ref _generations, size);
             Array.Resize(ref _pollEvents, size);
         }

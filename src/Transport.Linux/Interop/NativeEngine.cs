@@ -44,7 +44,7 @@ internal struct RingCompletion
 internal static unsafe partial class NativeEngine
 {
     public const string LibraryName = "ktl_native";
-    public const int AbiVersion = 3;
+    public const int AbiVersion = 4;
     public const int Receive = 0;
     public const int Send = 1;
 
@@ -91,6 +91,12 @@ internal static unsafe partial class NativeEngine
 
     [LibraryImport(LibraryName, EntryPoint = "ktl_ring_poll")]
     public static partial int ktl_ring_poll(nint ring, int fd, uint events, ulong userData);
+
+    /// <summary>KTL_RING_ACCEPT: the user data of an accept (<see cref="ktl_ring_accept"/>) has this bit.</summary>
+    public const ulong RingAccept = 1ul << 62;
+
+    [LibraryImport(LibraryName, EntryPoint = "ktl_ring_accept")]
+    public static partial int ktl_ring_accept(nint ring, int fd, ulong userData);
 
     [LibraryImport(LibraryName, EntryPoint = "ktl_ring_remove")]
     public static partial int ktl_ring_remove(nint ring, ulong userData, int wait);

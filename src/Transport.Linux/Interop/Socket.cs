@@ -57,6 +57,9 @@ internal static unsafe partial class Socket
     [LibraryImport(LibC.Name, EntryPoint = "getsockopt", SetLastError = true)]
     private static partial int getsockopt(int fd, int level, int name, void* value, uint* len);
 
+    [LibraryImport(LibC.Name, EntryPoint = "getpeername", SetLastError = true)]
+    private static partial int getpeername(int fd, byte* addr, uint* addrlen);
+
     [LibraryImport(LibC.Name, EntryPoint = "getsockname", SetLastError = true)]
     private static partial int getsockname(int fd, byte* addr, uint* addrlen);
 
@@ -117,6 +120,18 @@ internal static unsafe partial class Socket
         {
             var result = SysResult.Of(accept4(fd, p, &len, SOCK_NONBLOCK | SOCK_CLOEXEC));
             addressLength = (int)Math.Min(len, (uint)address.Length);
+            return result;
+        }
+    }
+
+    /// <summary>getpeername(2): the peer's sockaddr goes to <paramref name="address"/>, as <see cref="Accept"/> would have written it.</summary>
+    public static SysResult GetPeerAddress(int fd, Span<byte> address, out int addressLength)
+    {
+        uint len = (uint)address.Length;
+        fixed (byte* p = address)
+        {
+            var result = SysResult.Of(getpeername(fd, p, &len));
+            addressLength = result.IsError ? 0 : (int)Math.Min(len, (uint)address.Length);
             return result;
         }
     }

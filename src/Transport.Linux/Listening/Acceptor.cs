@@ -8,9 +8,9 @@ using Microsoft.AspNetCore.Connections;
 namespace Kestrel.Transport.Linux.Listening;
 
 /// <summary>
-/// One loop's listening sockets: it accepts what epoll reports on them, makes each new socket a connection of
-/// the loop, and backs a listener off (doubling up to a second) when accept fails for want of resources, so a
-/// level-triggered listener cannot spin the loop. Loop thread only.
+/// One loop's listening sockets: it accepts what epoll reports on them (or takes what io_uring's multishot accept
+/// brings), makes each new socket a connection of the loop, and backs a listener off (doubling up to a second)
+/// when accept fails for want of resources, so a level-triggered listener cannot spin the loop. Loop thread only.
 /// </summary>
 internal sealed class Acceptor(EventLoop loop, AcceptedSocketOptions socketOptions)
 {
@@ -30,7 +30,7 @@ internal sealed class Acceptor(EventLoop loop, AcceptedSocketOptions socketOptio
     public void Add(ListenRegistration registration)
     {
         _listeners.Add(registration);
-        var result = loop.Engine.Register(registration.Fd, registration, registration.Events);
+        var result = loop.Engine.RegisterListener(registration.Fd, registration, registration.Events);
         if (result.IsError)
         {
             TransportLog.ListenerRegistrationFailed(loop.Logger, loop.Index, registration.Listener.EndPoint, Errno.Describe(result.Error));
@@ -76,25 +76,36 @@ internal sealed class Acceptor(EventLoop loop, AcceptedSocketOptions socketOptio
                 continue;
             }
 
-            switch (accepted.Error)
+            if (accepted.Error == Errno.EAGAIN || !TryNextAfter(registration, accepted.Error))
             {
-                case Errno.EAGAIN:
-                    return;
-                case Errno.EINTR:
-                case Errno.ECONNABORTED:
-                    // The peer gave up before we took it (accept(2)); the next one may be fine.
-                    continue;
-                default:
-                    // EMFILE, ENFILE, ENOBUFS, ENOMEM, EPERM...: never fatal. Stop polling this listener for a
-                    // while: level-triggered, it would otherwise spin the loop.
-                    registration.BackOff();
-                    loop.Metrics.AcceptErrors.Add(1, TransportMetrics.ErrnoTag(Errno.Name(accepted.Error)));
-                    TransportLog.AcceptFailed(loop.Logger, loop.Index, registration.Listener.EndPoint, Errno.Describe(accepted.Error), registration.BackoffMs);
-                    _ = loop.Engine.Pause(registration.Fd);
-                    _backedOff.Add(registration);
-                    return;
+                return;
             }
         }
+    }
+
+    /// <summary>
+    /// The engine accepted in the kernel (<see cref="Engines.IoEngine.AcceptsInKernel"/>): <paramref name="result"/>
+    /// is the new socket, whose peer address getpeername supplies, or -errno.
+    /// </summary>
+    public void Accepted(ListenRegistration registration, int result)
+    {
+        if (result < 0)
+        {
+            _ = TryNextAfter(registration, -result);
+            return;
+        }
+
+        var socket = new OwnedFd(result);
+        Span<byte> address = stackalloc byte[SockAddr.MaxLength];
+        var peer = Interop.Socket.GetPeerAddress(socket.Value, address, out int addressLength);
+        if (peer.IsError)
+        {
+            // ENOTCONN: reset by the peer before we looked. Nothing to serve.
+            socket.Dispose();
+            return;
+        }
+
+        AcceptOne(registration, socket, address[..addressLength]);
     }
 
     /// <summary>Every pass: listeners whose backoff has passed are polled again.</summary>
@@ -119,6 +130,26 @@ internal sealed class Acceptor(EventLoop loop, AcceptedSocketOptions socketOptio
                 _ = loop.Engine.Resume(registration.Fd, registration.Events);
             }
         }
+    }
+
+    /// <summary>
+    /// An accept failed with <paramref name="error"/>: true when the next one may be fine (the peer gave up first,
+    /// accept(2)); otherwise (EMFILE, ENFILE, ENOBUFS, ENOMEM, EPERM...: never fatal) the listener stops being
+    /// polled for a while, since level-triggered it would spin the loop, and the answer is false.
+    /// </summary>
+    private bool TryNextAfter(ListenRegistration registration, int error)
+    {
+        if (error is Errno.EINTR or Errno.ECONNABORTED)
+        {
+            return true;
+        }
+
+        registration.BackOff();
+        loop.Metrics.AcceptErrors.Add(1, TransportMetrics.ErrnoTag(Errno.Name(error)));
+        TransportLog.AcceptFailed(loop.Logger, loop.Index, registration.Listener.EndPoint, Errno.Describe(error), registration.BackoffMs);
+        _ = loop.Engine.Pause(registration.Fd);
+        _backedOff.Add(registration);
+        return false;
     }
 
     private void AcceptOne(ListenRegistration registration, OwnedFd socket, ReadOnlySpan<byte> address)

@@ -289,7 +289,7 @@ internal sealed class EventLoop : PipeScheduler
 
                 for (int i = 0; i < count; i++)
                 {
-                    Dispatch(Engine.OwnerAt(i), Engine.EventsAt(i));
+                    Dispatch(i);
                 }
 
                 _batches.RunReceives();
@@ -362,12 +362,15 @@ internal sealed class EventLoop : PipeScheduler
 
     private bool ReadyToExit() => _connections.Count == 0 && (_acceptor.Count == 0 || _abortOnStop);
 
-    private void Dispatch(object? owner, uint events)
+    private void Dispatch(int index)
     {
-        switch (owner)
+        switch (Engine.OwnerAt(index))
         {
             case LinuxConnection connection:
-                connection.OnEvents(events);
+                connection.OnEvents(Engine.EventsAt(index));
+                break;
+            case ListenRegistration listener when Engine.AcceptsInKernel:
+                _acceptor.Accepted(listener, Engine.AcceptedAt(index));
                 break;
             case ListenRegistration listener:
                 _acceptor.Accept(listener);

@@ -96,7 +96,7 @@ public static class Transports
         options.IoBackend = kind switch
         {
             TransportKind.LinuxAio => IoBackend.EpollAio,
-            TransportKind.LinuxIoUring or TransportKind.LinuxIoUringInline => IoBackend.IoUring,
+            _ when kind.UsesIoUring() => IoBackend.IoUring,
             _ => IoBackend.Epoll,
         };
         options.Tuning.DeferSend = kind != TransportKind.LinuxImmediateSend;
@@ -113,6 +113,8 @@ public static class Transports
     }
 
     /// <summary>True for the kinds that run the app on the loop thread.</summary>
+    public static bool UsesIoUring(this TransportKind kind) => kind is TransportKind.LinuxIoUring or TransportKind.LinuxIoUringInline;
+
     public static bool IsInline(this TransportKind kind) => kind is TransportKind.LinuxInline or TransportKind.LinuxInlineSpin or TransportKind.LinuxIoUringInline;
 
     /// <summary>
@@ -147,7 +149,7 @@ public static class Transports
             Assert.Equal(kind != TransportKind.LinuxManaged, loop.Engine.IsNative);
             Assert.Equal(kind == TransportKind.LinuxAio, loop.Engine.UsesAio);
             Assert.Equal(
-                kind is TransportKind.LinuxIoUring or TransportKind.LinuxIoUringInline ? IoBackend.IoUring : kind == TransportKind.LinuxAio ? IoBackend.EpollAio : IoBackend.Epoll,
+                kind.UsesIoUring() ? IoBackend.IoUring : kind == TransportKind.LinuxAio ? IoBackend.EpollAio : IoBackend.Epoll,
                 loop.Engine.Backend);
         }
     }

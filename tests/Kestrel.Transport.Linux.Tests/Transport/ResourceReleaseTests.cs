@@ -60,6 +60,82 @@ public sealed class ResourceReleaseTests(ITestOutputHelper output)
     }
 
     /// <summary>
+    /// Clients keep connecting while the listener is unbound: every socket accepted up to then is served and
+    /// closed, and none is left open by the unbinding (on io_uring, sockets the multishot accept took into
+    /// completions that nobody will read are closed by the engine), so the descriptor count comes back exactly.
+    /// </summary>
+    [Theory]
+    [MemberData(nameof(Transports.ConnectionLevel), MemberType = typeof(Transports))]
+    public async Task Unbinding_while_clients_keep_connecting_leaves_no_descriptor_open(TransportKind kind)
+    {
+        await ConnectWhileUnbindingAsync(kind); // the runtime's own once-per-process descriptors
+        GC.Collect();
+        GC.WaitForPendingFinalizers();
+        var descriptorsBefore = ProcessResources.OpenFileDescriptors();
+
+        var (accepted, connected) = await ConnectWhileUnbindingAsync(kind);
+
+        output.WriteLine($"{connected} clients connected, {accepted} connections accepted before the unbinding took effect.");
+        Assert.True(accepted > 0, "No connection was accepted before the listener was unbound.");
+        var leaked = ProcessResources.NewDescriptorsExceptRuntimeImages(descriptorsBefore);
+        Assert.True(leaked.Count == 0, $"{leaked.Count} descriptor(s) still open after unbinding and disposal:{Environment.NewLine}{string.Join(Environment.NewLine, leaked)}");
+    }
+
+    private async Task<(int Accepted, int Connected)> ConnectWhileUnbindingAsync(TransportKind kind)
+    {
+        await using var transport = TestTransport.Create(kind, output);
+        var listener = await transport.BindAsync(new IPEndPoint(IPAddress.Loopback, 0));
+        var endPoint = listener.EndPoint;
+        int accepted = 0;
+        var acceptLoop = Task.Run(async () =>
+        {
+            while (await listener.AcceptAsync() is { } connection)
+            {
+                accepted++;
+                await connection.DisposeAsync();
+            }
+        });
+
+        var clients = new List<Socket>();
+        using var stop = new CancellationTokenSource();
+        var connectLoop = Task.Run(async () =>
+        {
+            while (!stop.IsCancellationRequested)
+            {
+                var client = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp);
+                try
+                {
+                    await client.ConnectAsync(endPoint);
+                }
+                catch (SocketException)
+                {
+                    // Refused once the listener is closed.
+                }
+
+                lock (clients)
+                {
+                    clients.Add(client);
+                }
+            }
+        });
+
+        await Task.Delay(200);
+        await listener.UnbindAsync().AsTask().WaitAsync(TestTimeouts.Default);
+        await Task.Delay(50);
+        await stop.CancelAsync();
+        await connectLoop.WaitAsync(TestTimeouts.Default);
+        await acceptLoop.WaitAsync(TestTimeouts.Default);
+        await listener.DisposeAsync();
+        await transport.StopAsync(expectRentals: false);
+        foreach (var client in clients)
+        {
+            client.Dispose();
+        }
+
+        return (accepted, clients.Count);
+    }
+
+    /// <summary>
     /// A TCP and a Unix-socket listener; connections that end in every way (client FIN, server abort,
     /// client RST, still open at disposal) after moving data; then Kestrel's shutdown order and the pool check.
     /// </summary>

@@ -1,0 +1,79 @@
+/*
+ * ktl_uring_batch.c - a pass's receives or sends as one io_uring_enter, every op complete
+ * (or failed with -EAGAIN) when ktl_ring_batch returns (see ktl.h).
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "ktl_sync.h"
+#include "ktl_uring_ring.h"
+
+KTL_EXPORT int32_t ktl_ring_batch(ktl_ring *ring, int32_t direction, ktl_op *ops, int32_t count)
+{
+    int32_t outstanding = 0;
+
+    if (ring == NULL || ops == NULL || count < 0)
+        return -EINVAL;
+    if (direction != KTL_OP_RECEIVE && direction != KTL_OP_SEND)
+        return -EINVAL;
+    if (count > ring->msg_capacity) {
+        int32_t capacity = count < 64 ? 64 : count;
+        struct msghdr *grown = realloc(ring->msgs, (size_t)capacity * sizeof(struct msghdr));
+        if (grown == NULL)
+            return -ENOMEM;
+        ring->msgs = grown;
+        ring->msg_capacity = capacity;
+    }
+
+    for (int32_t i = 0; i < count; i++) {
+        ktl_op *op = &ops[i];
+        struct msghdr *msg = &ring->msgs[i];
+        struct io_uring_sqe *sqe;
+
+        if (!ktl_op_is_valid(direction, op)) {
+            op->result = -EINVAL;
+            continue;
+        }
+        if (op->flags & KTL_SEND_ZEROCOPY) {
+            /* MSG_ZEROCOPY's notifications arrive on the error queue, as the epoll engine expects. */
+            ktl_sync_op(direction, op);
+            continue;
+        }
+
+        sqe = ktl_ring_sqe(ring);
+        if (sqe == NULL) {
+            ktl_sync_op(direction, op);
+            continue;
+        }
+        memset(msg, 0, sizeof(*msg));
+        msg->msg_iov = (struct iovec *)op->iov;
+        msg->msg_iovlen = (size_t)op->iov_count;
+        /* MSG_DONTWAIT: a socket with nothing to read or no room completes with -EAGAIN at
+         * once instead of arming an internal poll, so no op outlives this call. */
+        if (direction == KTL_OP_RECEIVE)
+            io_uring_prep_recvmsg(sqe, op->fd, msg, MSG_DONTWAIT);
+        else
+            io_uring_prep_sendmsg(sqe, op->fd, msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+        io_uring_sqe_set_data64(sqe, KTL_TAG_OP | (uint64_t)i);
+        outstanding++;
+    }
+
+    if (outstanding > 0) {
+        int ret = io_uring_submit(&ring->ring);
+        while (1) {
+            ktl_ring_reap(ring, NULL, 0, ops, &outstanding);
+            if (outstanding == 0)
+                break;
+            /* Not all completed inline: wait (this also runs deferred completion work). */
+            ret = io_uring_submit_and_wait(&ring->ring, 1);
+            if (ret < 0 && ret != -EINTR && ret != -ETIME && ret != -EAGAIN && ret != -EBUSY)
+                break;
+        }
+        if (outstanding > 0)
+            return ret < 0 ? ret : -EIO;
+    }
+    return count;
+}
+
