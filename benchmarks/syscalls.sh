@@ -14,6 +14,9 @@
 #   --scheduling S    threadpool | inline [threadpool]
 #   --path P          /json, /plaintext, ... [/json]
 #   --depth N         requests pipelined per write (16 for TechEmpower plaintext) [1]
+#   --header H        a request header, as wrk -H takes it ("Connection: close" for churn); repeatable
+#   --io E            the sample's --io: epoll | aio | io_uring | auto [the sample's default]
+#   --tuning T        the sample's --tuning (internal switches, Name=value[,...])
 #   --connections N   [256]
 #   --seconds N       the counted window [10]
 #   --warmup N        seconds of load before it [20]
@@ -26,7 +29,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 transport=linux scheduling=threadpool path=/json depth=1 connections=256 seconds=10 warmup=20
-server_cpus=1 client_cpus=0 build=1 envs=()
+server_cpus=1 client_cpus=0 build=1 envs=() headers=() io="" tuning=""
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 while (($#)); do
     case $1 in
@@ -34,6 +37,9 @@ while (($#)); do
         --scheduling) scheduling=$2; shift ;;
         --path) path=$2; shift ;;
         --depth) depth=$2; shift ;;
+        --header) headers+=(-H "$2"); shift ;;
+        --io) io=$2; shift ;;
+        --tuning) tuning=$2; shift ;;
         --connections) connections=$2; shift ;;
         --seconds) seconds=$2; shift ;;
         --warmup) warmup=$2; shift ;;
@@ -63,6 +69,8 @@ out=$(mktemp -d /tmp/syscalls.XXXXXX)
 port=$((24000 + RANDOM % 4000))
 server_args=(--urls "http://127.0.0.1:$port" --transport "$transport")
 [[ $transport == linux ]] && server_args+=(--scheduling "$scheduling")
+[[ -n $io ]] && server_args+=(--io "$io")
+[[ -n $tuning ]] && server_args+=(--tuning "$tuning")
 env ${envs[@]+"${envs[@]}"} taskset -c "$server_cpus" dotnet "$sample" "${server_args[@]}" > "$out/server.log" 2>&1 &
 server=$!
 trap 'kill "$server" 2> /dev/null || true; wait "$server" 2> /dev/null || true' EXIT
@@ -73,11 +81,12 @@ for _ in $(seq 100); do
 done
 
 url="http://127.0.0.1:$port$path"
-load() { taskset -c "$client_cpus" wrk -t 1 -c "$connections" -d "${1}s" -s benchmarks/lib/pipeline.lua "$url" -- "$depth"; }
+load() { taskset -c "$client_cpus" wrk -t 1 -c "$connections" -d "${1}s" ${headers[@]+"${headers[@]}"} -s benchmarks/lib/pipeline.lua "$url" -- "$depth"; }
 load "$warmup" > /dev/null
 
 events=raw_syscalls:sys_enter,context-switches
-for call in epoll_wait epoll_pwait epoll_ctl io_uring_enter readv recvmsg read sendmsg writev write io_submit io_getevents futex sched_yield; do
+for call in epoll_wait epoll_pwait epoll_ctl io_uring_enter readv recvmsg read sendmsg writev write io_submit io_getevents futex sched_yield \
+        accept4 getpeername getsockname setsockopt shutdown close; do
     events+=",syscalls:sys_enter_$call"
 done
 perf stat -x, -e "$events" -e syscalls:sys_exit_readv --filter 'ret == -11' -p "$server" -o "$out/perf.csv" &
@@ -90,7 +99,7 @@ wait "$perf_pid" || true
 summary=$(sed -n 's/^WRK_RESULT //p' <<< "$result")
 [[ -n $summary ]] || { echo "$result" >&2; echo "syscalls: wrk printed no result" >&2; exit 1; }
 requests=$(python3 -c 'import json, sys; print(json.loads(sys.argv[1])["requests"])' "$summary")
-echo "transport=$transport scheduling=$scheduling $url depth=$depth connections=$connections ${envs[*]-}"
+echo "transport=$transport scheduling=$scheduling io=${io:-default} tuning=${tuning:-none} $url depth=$depth connections=$connections ${headers[*]-} ${envs[*]-}"
 echo "$requests requests in ${seconds} s (counting slows system calls: not a rate to quote)"
 python3 - "$requests" "$out/perf.csv" <<'PY'
 import sys

@@ -178,6 +178,12 @@ KTL_EXPORT int32_t ktl_ring_accept(ktl_ring *ring, int32_t fd, uint64_t user_dat
 KTL_EXPORT int32_t ktl_ring_remove(ktl_ring *ring, uint64_t user_data, int32_t wait);
 
 /*
+ * As ktl_ring_remove with wait, for count requests at once: one io_uring_enter for all of
+ * them (a loop closing several connections in one pass). Returns 0 or -errno.
+ */
+KTL_EXPORT int32_t ktl_ring_remove_all(ktl_ring *ring, const uint64_t *user_data, int32_t count);
+
+/*
  * Submits what is queued and waits up to timeout_ms (-1: no limit, 0: only looks) for
  * completions; copies at most capacity of them to out (wake-ups are consumed here and not
  * reported). Returns the count, 0 on timeout, EINTR or a wake-up, or -errno.

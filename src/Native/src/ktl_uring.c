@@ -41,6 +41,7 @@ static int arm_wake(ktl_ring *ring)
 
 void ktl_ring_on_wake(ktl_ring *ring, int32_t res)
 {
+    ring->woken = 1;
     if (res >= 0 || res == -EINTR || res == -EAGAIN) {
         if (arm_wake(ring) != 0)
             ring->wake_error = EBUSY;
@@ -206,7 +207,8 @@ KTL_EXPORT int32_t ktl_ring_wait(ktl_ring *ring, int32_t timeout_ms, ktl_cqe *ou
     if (ring->pending_count == 0)
         ring->pending_head = 0;
 
-    if (count > 0 || timeout_ms == 0) {
+    /* A wake-up that a batch or a removal consumed was meant to end this wait. */
+    if (count > 0 || timeout_ms == 0 || ring->woken) {
         /* Submits and runs the deferred completion work without blocking. */
         ret = io_uring_submit_and_get_events(&ring->ring);
     } else if (timeout_ms < 0) {
@@ -222,7 +224,9 @@ KTL_EXPORT int32_t ktl_ring_wait(ktl_ring *ring, int32_t timeout_ms, ktl_cqe *ou
     if (ret < 0 && ret != -ETIME && ret != -EINTR && ret != -EBUSY && ret != -EAGAIN)
         return ret;
 
-    return count + ktl_ring_reap(ring, out + count, capacity - count, NULL, NULL);
+    count += ktl_ring_reap(ring, out + count, capacity - count, NULL, NULL);
+    ring->woken = 0;
+    return count;
 }
 
 KTL_EXPORT void ktl_ring_destroy(ktl_ring *ring)

@@ -54,6 +54,14 @@ KTL_EXPORT int32_t ktl_ring_remove(ktl_ring *ring, uint64_t user_data, int32_t w
     return -ENOSYS;
 }
 
+KTL_EXPORT int32_t ktl_ring_remove_all(ktl_ring *ring, const uint64_t *user_data, int32_t count)
+{
+    (void)ring;
+    (void)user_data;
+    (void)count;
+    return -ENOSYS;
+}
+
 KTL_EXPORT int32_t ktl_ring_wait(ktl_ring *ring, int32_t timeout_ms, ktl_cqe *out, int32_t capacity)
 {
     (void)ring;

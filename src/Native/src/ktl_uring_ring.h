@@ -32,6 +32,7 @@ struct ktl_ring {
     struct io_uring ring;
     int32_t wake_fd;
     int32_t wake_error;   /* positive errno once the wake-up read failed for good */
+    int32_t woken;        /* a wake-up was consumed outside ktl_ring_wait: the next wait must not block */
     pid_t owner;          /* the thread that started the ring (and registered its fd) */
     uint64_t wake_value;  /* the eventfd read's buffer: the kernel writes it */
 

@@ -3,6 +3,7 @@
  * socket, a multishot accept per listener, and their removal (see ktl.h).
  */
 #include <errno.h>
+#include <stdlib.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 
@@ -41,38 +42,55 @@ KTL_EXPORT int32_t ktl_ring_accept(ktl_ring *ring, int32_t fd, uint64_t user_dat
     return 0;
 }
 
-/* Reaps until the removal (KTL_TAG_REMOVE) has answered and, if it found the request, until
- * its last completion has been seen; keeps every other caller completion for the next wait.
- * *removal_res is the removal's result once it has answered. */
-static void reap_removal(ktl_ring *ring, uint64_t user_data, int *removal_res, int *removal_done, int *poll_done)
+/* One request being removed with wait: whether its cancel has answered (and how), and
+ * whether its last completion has been seen. */
+typedef struct removal {
+    uint64_t target;
+    int32_t cancel_res;
+    uint8_t cancel_done;
+    uint8_t done;
+} removal;
+
+/* Reaps until every removal's cancel (KTL_TAG_REMOVE | index) has answered and, where it found
+ * its request, until that request's last completion has been seen; keeps every other caller
+ * completion for the next wait. Returns how many removals are complete. */
+static int32_t reap_removals(ktl_ring *ring, removal *removals, int32_t count)
 {
     struct io_uring_cqe *cqe;
     unsigned head;
     unsigned seen = 0;
+    int32_t complete = 0;
 
     io_uring_for_each_cqe(&ring->ring, head, cqe) {
         uint64_t data = cqe->user_data;
         seen++;
-        if (data == user_data) {
-            if (!(cqe->flags & IORING_CQE_F_MORE))
-                *poll_done = 1; /* its last word: -ECANCELED, or an event that ended it */
-            ktl_ring_discard(cqe); /* the caller forgets this fd: its events go nowhere */
-            continue;
-        }
-        if (data == KTL_TAG_REMOVE) {
-            *removal_done = 1;
-            *removal_res = cqe->res;
+        if ((data & KTL_TAG_MASK) == KTL_TAG_REMOVE) {
+            removal *r = &removals[data & 0xffffffffu];
+            r->cancel_done = 1;
+            r->cancel_res = cqe->res;
             if (cqe->res == -ENOENT)
-                *poll_done = 1; /* the poll had already ended */
+                r->done = 1; /* the request had already ended */
             continue;
         }
         if ((data & KTL_RING_INTERNAL) == 0) {
-            (void)ktl_ring_keep(ring, cqe);
+            int32_t i = 0;
+            while (i < count && removals[i].target != data)
+                i++;
+            if (i == count) {
+                (void)ktl_ring_keep(ring, cqe);
+                continue;
+            }
+            if (!(cqe->flags & IORING_CQE_F_MORE))
+                removals[i].done = 1; /* its last word: -ECANCELED, or an event that ended it */
+            ktl_ring_discard(cqe);    /* the caller forgets this fd: its events go nowhere */
         } else if ((data & KTL_TAG_MASK) == KTL_TAG_WAKE) {
             ktl_ring_on_wake(ring, cqe->res);
         }
     }
     io_uring_cq_advance(&ring->ring, seen);
+    for (int32_t i = 0; i < count; i++)
+        complete += removals[i].done && removals[i].cancel_done;
+    return complete;
 }
 
 /* IORING_OP_ASYNC_CANCEL rather than POLL_REMOVE: a poll whose wake-up is being processed
@@ -92,35 +110,58 @@ static int queue_removal(ktl_ring *ring, uint64_t user_data, uint64_t tag)
 
 KTL_EXPORT int32_t ktl_ring_remove(ktl_ring *ring, uint64_t user_data, int32_t wait)
 {
-    int removal_done = 0, poll_done = 0, removal_res = 0;
-    int ret;
-
     if (ring == NULL || (user_data & KTL_RING_INTERNAL) != 0)
         return -EINVAL;
     if (!wait)
         return queue_removal(ring, user_data, KTL_TAG_REMOVE_QUIET);
+    return ktl_ring_remove_all(ring, &user_data, 1);
+}
 
-    /* Usually one io_uring_enter: the cancel and the poll's -ECANCELED complete in it. The
-     * poll holds a reference to the socket until its last completion, so returning earlier
+KTL_EXPORT int32_t ktl_ring_remove_all(ktl_ring *ring, const uint64_t *user_data, int32_t count)
+{
+    removal one, *removals = &one;
+    int ret = 0;
+
+    if (ring == NULL || count < 0 || (count > 0 && user_data == NULL))
+        return -EINVAL;
+    if (count == 0)
+        return 0;
+    for (int32_t i = 0; i < count; i++) {
+        if ((user_data[i] & KTL_RING_INTERNAL) != 0)
+            return -EINVAL;
+    }
+    if (count > 1 && (removals = calloc((size_t)count, sizeof(*removals))) == NULL)
+        return -ENOMEM;
+
+    /* Usually one io_uring_enter: the cancels and the requests' -ECANCELED complete in it. A
+     * request holds a reference to its socket until its last completion, so returning earlier
      * would let the caller close an fd whose socket the kernel still keeps open. */
-    ret = queue_removal(ring, user_data, KTL_TAG_REMOVE);
-    if (ret < 0)
-        return ret;
-    ret = io_uring_submit_and_get_events(&ring->ring);
+    for (int32_t i = 0; i < count && ret == 0; i++) {
+        removals[i] = (removal){ .target = user_data[i] };
+        ret = queue_removal(ring, user_data[i], KTL_TAG_REMOVE | (uint64_t)i);
+    }
+    if (ret == 0)
+        ret = io_uring_submit_and_get_events(&ring->ring);
     for (;;) {
         if (ret < 0 && ret != -EINTR && ret != -EAGAIN && ret != -EBUSY && ret != -ETIME)
-            return ret;
-        reap_removal(ring, user_data, &removal_res, &removal_done, &poll_done);
-        if (poll_done && removal_done)
-            return 0;
-        if (removal_done && removal_res != 0 && removal_res != -ENOENT) {
-            /* -EALREADY (or a transient failure): the poll is still armed; ask again. */
-            removal_done = 0;
-            ret = queue_removal(ring, user_data, KTL_TAG_REMOVE);
-            if (ret < 0)
-                return ret;
+            break;
+        if (reap_removals(ring, removals, count) == count) {
+            ret = 0;
+            break;
+        }
+        for (int32_t i = 0; i < count; i++) {
+            removal *r = &removals[i];
+            if (r->cancel_done && !r->done && r->cancel_res != 0) {
+                /* -EALREADY (or a transient failure): the request is still armed; ask again. */
+                r->cancel_done = 0;
+                if ((ret = queue_removal(ring, r->target, KTL_TAG_REMOVE | (uint64_t)i)) < 0)
+                    goto out;
+            }
         }
         ret = io_uring_submit_and_wait(&ring->ring, 1);
     }
+out:
+    if (removals != &one)
+        free(removals);
+    return ret;
 }
-

@@ -111,6 +111,41 @@ static void test_cancel_then_close_releases_socket(ktl_ring *ring)
     CHECK_EQ(ktl_ring_wait(ring, 0, ev, 8), 0);               /* the removal left nothing behind */
 }
 
+/* Many removals with one call: each socket is let go of when it returns, so closing the fds
+ * sends FIN on every one; a socket still readable when removed reports nothing more. */
+static void test_remove_all_releases_every_socket(ktl_ring *ring)
+{
+    enum { N = 12 };
+    int fds[N][2];
+    uint64_t data[N];
+    ktl_cqe ev[16];
+    char c;
+
+    for (int i = 0; i < N; i++) {
+        tcp_pair(fds[i]);
+        data[i] = 500 + (uint64_t)i;
+        CHECK_EQ(ktl_ring_poll(ring, fds[i][0], POLLIN | POLLRDHUP | EPOLLET, data[i]), 0);
+    }
+    CHECK_EQ(ktl_ring_wait(ring, 0, ev, 16), 0);
+    for (int i = 0; i < N; i += 2)
+        write_all(fds[i][1], "r", 1);                         /* half of them with an event pending */
+    CHECK_EQ(ktl_ring_remove_all(ring, data, N), 0);
+    CHECK_EQ(ktl_ring_remove_all(ring, data, 0), 0);
+    CHECK_EQ(ktl_ring_remove_all(ring, NULL, 1), -EINVAL);
+    for (int i = 0; i < N; i++) {
+        if (i % 2 == 0)
+            read_exact(fds[i][0], &c, 1);                     /* unread data would make close send RST */
+        close(fds[i][0]);
+    }
+    for (int i = 0; i < N; i++) {
+        set_nonblocking(fds[i][1], 0);
+        CHECK_EQ(wait_readable(fds[i][1], 2000), 1);
+        CHECK_EQ(read(fds[i][1], &c, 1), 0);                  /* EOF: the ring let go of each */
+        close(fds[i][1]);
+    }
+    CHECK_EQ(ktl_ring_wait(ring, 50, ev, 16), 0);             /* and reports nothing for them */
+}
+
 /* Without EPOLLET a poll is one-shot; re-armed while the condition holds, it reports it again. */
 static void test_level_poll_reports_again_when_rearmed(ktl_ring *ring)
 {
@@ -161,6 +196,30 @@ static void test_wake_and_timeout(ktl_ring *ring, int wake_fd)
     start = now_ms();
     CHECK_EQ(ktl_ring_wait(ring, 100, ev, 4), 0);
     CHECK(now_ms() - start >= 90);
+}
+
+/* A wake-up that a removal happened to consume still ends the next wait: the loop decided to
+ * sleep before another thread posted work and signalled, and must see that signal. */
+static void test_wake_consumed_by_removal_ends_next_wait(ktl_ring *ring, int wake_fd)
+{
+    int fds[2];
+    uint64_t one = 1;
+    ktl_cqe ev[4];
+    long start;
+
+    tcp_pair(fds);
+    CHECK_EQ(ktl_ring_poll(ring, fds[0], POLLIN | EPOLLET, 77), 0);
+    CHECK_EQ(ktl_ring_wait(ring, 0, ev, 4), 0);
+    CHECK_EQ(write(wake_fd, &one, sizeof(one)), (ssize_t)sizeof(one));
+    CHECK_EQ(ktl_ring_remove(ring, 77, 1), 0);                 /* its io_uring_enter reaps the wake-up */
+    start = now_ms();
+    CHECK_EQ(ktl_ring_wait(ring, 5000, ev, 4), 0);
+    CHECK(now_ms() - start < 1000);                           /* not the 5 s timeout */
+    start = now_ms();
+    CHECK_EQ(ktl_ring_wait(ring, 100, ev, 4), 0);              /* and only once */
+    CHECK(now_ms() - start >= 90);
+    close(fds[0]);
+    close(fds[1]);
 }
 
 /* Readiness that completes while a batch waits for its ops is kept for the next wait, once. */
@@ -255,8 +314,10 @@ void run_ring_tests(void)
     test_nonblocking_wake_fd_refused();
     test_poll_reports_edges(ring);
     test_cancel_then_close_releases_socket(ring);
+    test_remove_all_releases_every_socket(ring);
     test_level_poll_reports_again_when_rearmed(ring);
     test_wake_and_timeout(ring, wake_fd);
+    test_wake_consumed_by_removal_ends_next_wait(ring, wake_fd);
     test_poll_during_batch_kept(ring);
     test_more_events_than_capacity(ring);
     ktl_ring_destroy(ring);

@@ -102,14 +102,9 @@ internal sealed class ConnectionLifetime(LinuxConnection connection) : IDisposab
                 return;
             }
 
-            _connection.Loop.Unregister(_connection);
-            lock (_connection.Send.Lock)
-            {
-                // A pool thread that is sending holds the lock; once the fd is closed, none sends again.
-                socket.Dispose();
-            }
-
-            // A reset's close drops the socket's queued data, and the kernel's references to the blocks with it.
+            // A reset's close drops the socket's queued data, and the kernel's references to the blocks with it,
+            // which ReleaseAll then returns to the pool: that close may not wait for a later pass.
+            _connection.Loop.Close(_connection, immediately: _connection.Send.ZeroCopy is { InFlight: > 0 });
             _connection.Send.ZeroCopy?.ReleaseAll();
             FireConnectionClosed();
         }

@@ -85,6 +85,19 @@ internal abstract class IoEngine : IDisposable
     public abstract void Unregister(int fd, object owner, bool stillOpen);
 
     /// <summary>
+    /// Forgets a connection's <paramref name="socket"/> that <paramref name="owner"/> registered, and closes it: here
+    /// at once (closing is all epoll needs). An engine whose kernel requests hold the socket may take the fd over
+    /// and close it once they have ended (io_uring, by the next <see cref="Wait"/>), unless
+    /// <paramref name="immediately"/> says the caller is about to release memory the socket's queued data points
+    /// into. Either way <paramref name="socket"/> reads as closed when this returns. Called under the send lock.
+    /// </summary>
+    public virtual void Close(OwnedFd socket, object owner, bool immediately)
+    {
+        Unregister(socket.Value, owner, stillOpen: false);
+        socket.Dispose();
+    }
+
+    /// <summary>
     /// Blocks until something is ready, <see cref="Signal"/> is called, or <paramref name="timeoutMs"/> passes (-1:
     /// no limit; 0: only looks). Returns how many events <see cref="OwnerAt"/> and <see cref="EventsAt"/> describe.
     /// </summary>

@@ -1,5 +1,6 @@
 using System.Runtime.InteropServices;
 using Kestrel.Transport.Linux.Diagnostics;
+using Kestrel.Transport.Linux.Hosting;
 using Kestrel.Transport.Linux.Interop;
 
 namespace Kestrel.Transport.Linux.Engines;
@@ -44,14 +45,20 @@ internal sealed unsafe class UringEngine : IoEngine
     private uint[] _generations = new uint[1024];
     private uint[] _pollEvents = new uint[1024];
     private uint _lastGeneration;
+
+    // Connections closed this pass: their polls' user data and their fds, held open until the polls have ended.
+    private readonly List<ulong> _closingRequests = [];
+    private readonly List<OwnedFd> _closingSockets = [];
     private bool _disposed;
 
     private readonly bool _multishotAccept;
+    private readonly bool _batchRemovals;
 
-    private UringEngine(nint ring, RingInfo info, OwnedFd wake, bool multishotAccept)
+    private UringEngine(nint ring, RingInfo info, OwnedFd wake, TransportTuning? tuning)
     {
         _ring = ring;
-        _multishotAccept = multishotAccept;
+        _multishotAccept = tuning?.MultishotAccept ?? true;
+        _batchRemovals = tuning?.BatchRingRemovals ?? true;
         _wake = wake;
         Info = info;
         _executor = new RingExecutor(this);
@@ -75,7 +82,7 @@ internal sealed unsafe class UringEngine : IoEngine
     /// Creates a ring (disabled until <see cref="Start"/> runs on the loop thread), or returns null with the positive
     /// errno of the failure and a description of the likely cause.
     /// </summary>
-    public static UringEngine? TryCreate(out int error, out string? reason, bool multishotAccept = true)
+    public static UringEngine? TryCreate(out int error, out string? reason, TransportTuning? tuning = null)
     {
         reason = null;
         error = 0;
@@ -113,7 +120,7 @@ internal sealed unsafe class UringEngine : IoEngine
             return null;
         }
 
-        return new UringEngine(ring, info, OwnedFd.Take(wake, "eventfd"), multishotAccept);
+        return new UringEngine(ring, info, OwnedFd.Take(wake, "eventfd"), tuning);
     }
 
     /// <summary>The IORING_SETUP_* flags that matter here, as a log names them.</summary>
@@ -172,8 +179,31 @@ internal sealed unsafe class UringEngine : IoEngine
         }
     }
 
+    /// <summary>
+    /// The poll holds its own reference to the socket: closing the fd before the poll has ended would not release
+    /// the socket, and a peer would see no FIN. So the fd is taken over, and the next <see cref="Wait"/> removes
+    /// every poll closed in the pass with one <c>io_uring_enter</c> and then closes the fds; <paramref name="immediately"/>
+    /// does it now, with one <c>io_uring_enter</c> of its own.
+    /// </summary>
+    public override void Close(OwnedFd socket, object owner, bool immediately)
+    {
+        int fd = socket.Value;
+        if (immediately || !_batchRemovals || fd < 0 || fd >= _owners.Length || !ReferenceEquals(_owners[fd], owner) || _generations[fd] == 0)
+        {
+            Unregister(fd, owner, stillOpen: false);
+            socket.Dispose();
+            return;
+        }
+
+        _closingRequests.Add(UserData(fd, _generations[fd]));
+        _owners[fd] = null;
+        _generations[fd] = 0;
+        _closingSockets.Add(socket.Transfer()!);
+    }
+
     public override int Wait(int timeoutMs)
     {
+        CloseClosing();
         int count = NativeEngine.ktl_ring_wait(_ring, timeoutMs, _events, EventCapacity);
         if (count < 0)
         {
@@ -212,10 +242,36 @@ internal sealed unsafe class UringEngine : IoEngine
         }
 
         _disposed = true;
+        CloseClosing();
         nint ring = Interlocked.Exchange(ref _ring, 0);
         NativeEngine.ktl_ring_destroy(ring);
         _wake.Dispose();
         NativeMemory.Free(_events);
+    }
+
+    /// <summary>Ends the polls of the sockets closed since the last wait, all in one <c>io_uring_enter</c>, and closes their fds.</summary>
+    private void CloseClosing()
+    {
+        if (_closingSockets.Count == 0)
+        {
+            return;
+        }
+
+        var requests = CollectionsMarshal.AsSpan(_closingRequests);
+        fixed (ulong* userData = requests)
+        {
+            // On failure (the ring itself is broken) the fds are closed anyway: a socket a poll still holds is let go
+            // of when the ring is destroyed.
+            _ = NativeEngine.ktl_ring_remove_all(_ring, userData, requests.Length);
+        }
+
+        foreach (var socket in _closingSockets)
+        {
+            socket.Dispose();
+        }
+
+        _closingRequests.Clear();
+        _closingSockets.Clear();
     }
 
     private ulong UserData(int fd, uint generation)

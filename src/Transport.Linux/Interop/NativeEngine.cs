@@ -101,6 +101,9 @@ internal static unsafe partial class NativeEngine
     [LibraryImport(LibraryName, EntryPoint = "ktl_ring_remove")]
     public static partial int ktl_ring_remove(nint ring, ulong userData, int wait);
 
+    [LibraryImport(LibraryName, EntryPoint = "ktl_ring_remove_all")]
+    public static partial int ktl_ring_remove_all(nint ring, ulong* userData, int count);
+
     [LibraryImport(LibraryName, EntryPoint = "ktl_ring_wait")]
     public static partial int ktl_ring_wait(nint ring, int timeoutMs, RingCompletion* events, int capacity);
 

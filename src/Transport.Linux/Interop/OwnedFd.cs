@@ -40,6 +40,16 @@ internal sealed partial class OwnedFd : IDisposable
         }
     }
 
+    /// <summary>
+    /// Hands the fd to a new owner without closing it: from now on this one reads as closed (a call made with it
+    /// fails with EBADF), and the returned one closes it. Null when it was already closed.
+    /// </summary>
+    public OwnedFd? Transfer()
+    {
+        int fd = Interlocked.Exchange(ref _fd, -1);
+        return fd >= 0 ? new OwnedFd(fd) : null;
+    }
+
     public override string ToString() => $"fd {Value}";
 
     [LibraryImport(LibC.Name, EntryPoint = "close")]

@@ -220,10 +220,18 @@ internal sealed class EventLoop : PipeScheduler
         }
     }
 
-    /// <summary>Forgets a connection whose fd is about to be closed (loop thread only).</summary>
-    public void Unregister(LinuxConnection connection)
+    /// <summary>
+    /// Forgets a connection and closes its socket (loop thread only), under the send lock: a pool thread that is
+    /// sending holds it, and once the socket reads as closed none sends again. <paramref name="immediately"/>:
+    /// see <see cref="IoEngine.Close"/>.
+    /// </summary>
+    public void Close(LinuxConnection connection, bool immediately)
     {
-        Engine.Unregister(connection.Fd, connection, stillOpen: false);
+        lock (connection.Send.Lock)
+        {
+            Engine.Close(connection.Socket, connection, immediately);
+        }
+
         if (_connections.Remove(connection))
         {
             Metrics.CurrentConnections.Add(-1);
