@@ -1,0 +1,127 @@
+/* ring.c - the ring as ktl_uring.c sets it up, the provided buffer ring, and the probe that
+ * tells whether the kernel takes a variant at all. */
+
+#include "ringrecv.h"
+
+/* The ring as ktl_ring_create/ktl_ring_start make it. */
+int ring_setup(struct io_uring *ring, char *why, size_t whylen)
+{
+    struct io_uring_params p;
+    memset(&p, 0, sizeof(p));
+    p.flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_SUBMIT_ALL
+        | IORING_SETUP_CQSIZE | IORING_SETUP_R_DISABLED;
+    p.cq_entries = RING_ENTRIES * 4;
+    int r = io_uring_queue_init_params(RING_ENTRIES, ring, &p);
+    if (r < 0) {
+        snprintf(why, whylen, "io_uring_setup(SINGLE_ISSUER|DEFER_TASKRUN|SUBMIT_ALL|CQSIZE): %s", strerror(-r));
+        return -1;
+    }
+    r = io_uring_enable_rings(ring);
+    if (r < 0) {
+        snprintf(why, whylen, "IORING_REGISTER_ENABLE_RINGS: %s", strerror(-r));
+        io_uring_queue_exit(ring);
+        return -1;
+    }
+    if (io_uring_register_ring_fd(ring) != 1) {
+        snprintf(why, whylen, "IORING_REGISTER_RING_FDS failed");
+        io_uring_queue_exit(ring);
+        return -1;
+    }
+    return 0;
+}
+
+/* Registers buffer group BGID with `entries` entries; the ring memory is page aligned. */
+int bufring_register(struct io_uring *ring, unsigned entries, int inc, struct io_uring_buf_ring **out,
+                            size_t *bytes, char *why, size_t whylen)
+{
+    size_t len = (size_t)entries * sizeof(struct io_uring_buf);
+    long page = sysconf(_SC_PAGESIZE);
+    len = (len + (size_t)page - 1) & ~((size_t)page - 1);
+    void *mem = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mem == MAP_FAILED) {
+        snprintf(why, whylen, "mmap of the buffer ring: %s", strerror(errno));
+        return -1;
+    }
+    struct io_uring_buf_ring *br = mem;
+    io_uring_buf_ring_init(br);
+    struct io_uring_buf_reg reg;
+    memset(&reg, 0, sizeof(reg));
+    reg.ring_addr = (uint64_t)(uintptr_t)br;
+    reg.ring_entries = entries;
+    reg.bgid = BGID;
+    reg.pad = inc ? IOU_PBUF_RING_INC : 0; /* the kernel's io_uring_buf_reg.flags */
+    int r = io_uring_register_buf_ring(ring, &reg, 0);
+    if (r < 0) {
+        snprintf(why, whylen, "IORING_REGISTER_PBUF_RING%s: %s", inc ? " with IOU_PBUF_RING_INC" : "", strerror(-r));
+        munmap(mem, len);
+        return -1;
+    }
+    *out = br;
+    *bytes = len;
+    return 0;
+}
+
+/* Probe: does the kernel take the variant at all? (A refusal is reported, not fatal.) */
+int probe(int variant, char *why, size_t whylen)
+{
+    struct io_uring ring;
+    struct io_uring_buf_ring *br = NULL;
+    size_t br_bytes = 0;
+    static char buf[64]; /* outlives the ring's asynchronous teardown */
+    int sv[2] = { -1, -1 }, ok = -1;
+
+    if (ring_setup(&ring, why, whylen) != 0)
+        return -1;
+    if (variant != V_POLL
+        && bufring_register(&ring, 8, variant == V_BUFRING_INC, &br, &br_bytes, why, whylen) != 0)
+        goto out;
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+        snprintf(why, whylen, "socketpair: %s", strerror(errno));
+        goto out;
+    }
+    if (br != NULL) {
+        io_uring_buf_ring_add(br, buf, sizeof(buf), 0, io_uring_buf_ring_mask(8), 0);
+        io_uring_buf_ring_advance(br, 1);
+    }
+    if (write(sv[1], "ping", 4) != 4) {
+        snprintf(why, whylen, "socketpair write: %s", strerror(errno));
+        goto out;
+    }
+    struct io_uring_sqe *sqe = io_uring_get_sqe(&ring);
+    if (variant == V_POLL) {
+        io_uring_prep_poll_multishot(sqe, sv[0], POLLIN | POLLOUT | POLLRDHUP);
+    } else {
+        io_uring_prep_recv_multishot(sqe, sv[0], NULL, 0, 0);
+        sqe->flags |= IOSQE_BUFFER_SELECT;
+        sqe->buf_group = BGID;
+    }
+    io_uring_sqe_set_data64(sqe, 1);
+    struct io_uring_cqe *cqe;
+    struct __kernel_timespec ts = { .tv_sec = 2 };
+    int r = io_uring_submit_and_wait_timeout(&ring, &cqe, 1, &ts, NULL);
+    if (r < 0) {
+        snprintf(why, whylen, "no completion for the probe: %s", strerror(-r));
+        goto out;
+    }
+    if (cqe->res < 0)
+        snprintf(why, whylen, "%s: %s", variant == V_POLL ? "multishot POLL_ADD" : "multishot RECV", strerror(-cqe->res));
+    else if (!(cqe->flags & IORING_CQE_F_MORE))
+        snprintf(why, whylen, "the kernel did not keep the request multishot (flags 0x%x)", cqe->flags);
+    else if (variant != V_POLL && (cqe->res != 4 || !(cqe->flags & IORING_CQE_F_BUFFER) || memcmp(buf, "ping", 4) != 0))
+        snprintf(why, whylen, "the provided buffer did not receive the probe's bytes");
+    else if (variant == V_BUFRING_INC && !(cqe->flags & IORING_CQE_F_BUF_MORE))
+        snprintf(why, whylen, "incremental consumption not in effect (no IORING_CQE_F_BUF_MORE on a partly used buffer)");
+    else
+        ok = 0;
+    io_uring_cqe_seen(&ring, cqe);
+out:
+    io_uring_unregister_ring_fd(&ring);
+    io_uring_queue_exit(&ring); /* cancels the multishot request */
+    if (sv[0] >= 0) {
+        close(sv[0]);
+        close(sv[1]);
+    }
+    if (br != NULL)
+        munmap(br, br_bytes);
+    return ok;
+}
