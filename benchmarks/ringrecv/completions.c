@@ -31,7 +31,7 @@ static void want_out(struct server *s, struct sconn *c)
 {
     c->want_out = 1;
     /* poll-batch: the connection's multishot poll includes POLLOUT, as ours does. */
-    if (s->variant != V_POLL)
+    if (s->kind != V_POLL)
         s->outq[s->nout++] = (int)(c - s->conns);
 }
 

@@ -2,7 +2,9 @@
 
 #include "ringrecv.h"
 
-const char *const variant_names[V_COUNT] = { "poll-batch", "bufring", "bufring-inc" };
+const char *const variant_names[V_COUNT] = { "poll-batch", "bufring", "bufring-inc",
+                                              "poll-batch+drain", "bufring+drain", "bufring-inc+drain" };
+const char *const drain_names[3] = { "off", "flag", "count" };
 
 struct options opt = {
     .conns = 256, .depth = 16, .rounds = 5, .seconds = 4, .warmup = 1,
@@ -14,18 +16,23 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: ringrecv [--conns N] [--depth D] [--seconds M] [--warmup W] [--rounds R]\n"
             "                [--variants poll-batch,bufring,bufring-inc] [--buf-size B] [--bufs N]\n"
-            "                [--check] [--sndbuf BYTES] [--verbose]\n"
+            "                [--check] [--sndbuf BYTES] [--verbose] [--drain] [--drain-by flag|count]\n"
             "  --conns     connections (default 256)\n"
             "  --depth     pipelined requests per connection per batch (default 16)\n"
             "  --seconds   measured seconds per run (default 4)\n"
             "  --warmup    warm-up seconds per run (default 1)\n"
             "  --rounds    rounds; each runs every variant, in rotating order (default 5)\n"
-            "  --variants  which variants, comma separated; the first is the ratios' base\n"
+            "  --variants  which variants, comma separated; the ratios' base is poll-batch if given, else\n"
+            "              the first; NAME+drain is NAME with drain (e.g. poll-batch,poll-batch+drain)\n"
             "  --buf-size  bytes per ring buffer and per connection read (default 4096)\n"
             "  --bufs      buffer ring entries, a power of two <= 32768 (default 1024)\n"
             "  --check     the server also compares every request byte (costs CPU; off by default)\n"
             "  --sndbuf    server sockets' SO_SNDBUF (exercises short sends)\n"
-            "  --verbose   lifetime counters per run on stderr\n");
+            "  --verbose   lifetime counters per run on stderr\n"
+            "  --drain     every variant given runs with drain: after each wait, io_uring_get_events\n"
+            "              while deferred task work is left (at most 16 more enters per pass)\n"
+            "  --drain-by  how drain tells work is left: flag (IORING_SQ_TASKRUN, ring set up with\n"
+            "              TASKRUN_FLAG) or count (the enter surfaced 20 CQEs); default: probed\n");
 }
 
 static int variant_by_name(const char *name, size_t len)
@@ -76,6 +83,16 @@ static void parse_args(int argc, char **argv)
             opt.check = 1;
         } else if (!strcmp(a, "--verbose")) {
             opt.verbose = 1;
+        } else if (!strcmp(a, "--drain")) {
+            opt.drain = 1;
+        } else if (!strcmp(a, "--drain-by")) {
+            NEEDV();
+            if (!strcmp(v, "flag"))
+                opt.drain_by = DRAIN_FLAG;
+            else if (!strcmp(v, "count"))
+                opt.drain_by = DRAIN_COUNT;
+            else
+                die("--drain-by takes flag or count");
         } else if (!strcmp(a, "--variants")) {
             NEEDV();
             have_variants = 1;
@@ -86,10 +103,10 @@ static void parse_args(int argc, char **argv)
                 size_t len = e ? (size_t)(e - p) : strlen(p);
                 int id = variant_by_name(p, len);
                 if (id < 0)
-                    die("unknown variant '%.*s' (poll-batch, bufring, bufring-inc)", (int)len, p);
-                for (int k = 0; k < opt.nvariants; k++)
-                    if (opt.variants[k] == id)
-                        die("variant %s given twice", variant_names[id]);
+                    die("unknown variant '%.*s' (poll-batch, bufring, bufring-inc, each also as NAME+drain)",
+                        (int)len, p);
+                if (opt.nvariants == V_COUNT)
+                    die("more than %d variants", V_COUNT);
                 opt.variants[opt.nvariants++] = id;
                 p += len;
                 if (*p == ',')
@@ -105,9 +122,16 @@ static void parse_args(int argc, char **argv)
 #undef NEEDV
     }
     if (!have_variants) {
-        opt.nvariants = V_COUNT;
-        for (int v = 0; v < V_COUNT; v++)
+        opt.nvariants = V_KINDS;
+        for (int v = 0; v < V_KINDS; v++)
             opt.variants[v] = v;
+    }
+    for (int k = 0; k < opt.nvariants; k++) {
+        if (opt.drain)
+            opt.variants[k] = V_KIND(opt.variants[k]) + V_KINDS;
+        for (int j = 0; j < k; j++)
+            if (opt.variants[j] == opt.variants[k])
+                die("variant %s given twice%s", variant_names[opt.variants[k]], opt.drain ? " (with --drain)" : "");
     }
     if (opt.conns < 1 || opt.conns > 65536)
         die("--conns must be 1..65536");
@@ -151,6 +175,28 @@ static void raise_nofile(void)
             (unsigned long long)rl.rlim_cur);
 }
 
+/* v's requests/s and CPU per request over base's, per round and their medians (a, b: scratch). */
+static void print_ratios(const struct result *results, int v, int base, double *a, double *b)
+{
+    int n = 0;
+    printf("%s/%s per round:", variant_names[v], variant_names[base]);
+    for (int r = 0; r < opt.rounds; r++) {
+        const struct result *x = &results[r * V_COUNT + v], *y = &results[r * V_COUNT + base];
+        if (!x->valid || !y->valid)
+            continue;
+        a[n] = x->rps / y->rps;
+        b[n] = x->cpu_us / y->cpu_us;
+        printf("  r%d req/s %.3f cpu/req %.3f", r + 1, a[n], b[n]);
+        n++;
+    }
+    if (n == 0)
+        printf("  (no pairs)\n");
+    else {
+        double mb = median(b, n);
+        printf("\n  median ratio: req/s %.3f  cpu us/req %.3f\n", median(a, n), mb);
+    }
+}
+
 int main(int argc, char **argv)
 {
     parse_args(argc, argv);
@@ -172,6 +218,21 @@ int main(int argc, char **argv)
            opt.conns, opt.depth, REQ_LEN, RESP_LEN, opt.buf_size, opt.bufs, opt.warmup, opt.seconds, opt.rounds,
            SERVER_CPU, CLIENT_CPU, opt.check ? ", --check" : "");
 
+    int any_drain = 0;
+    for (int k = 0; k < opt.nvariants; k++)
+        any_drain |= V_DRAINS(opt.variants[k]);
+    if (any_drain) {
+        char evidence[512];
+        int probed = probe_drain(evidence, sizeof(evidence));
+        int forced = opt.drain_by != DRAIN_OFF;
+        if (!forced)
+            opt.drain_by = probed;
+        printf("drain by %s%s: at most %d io_uring_get_events after each wait while %s (probe: %s; %s)\n",
+               drain_names[opt.drain_by], forced ? " (--drain-by)" : "", DRAIN_MAX_EXTRA,
+               opt.drain_by == DRAIN_FLAG ? "IORING_SQ_TASKRUN is set" : "the last enter surfaced >= 20 CQEs",
+               evidence, probed == DRAIN_FLAG ? "the flag tracks the work left" : "the flag does not track it");
+    }
+
     for (int k = 0; k < opt.nvariants; k++) {
         int v = opt.variants[k];
         if (probe(v, skip_why[v], sizeof(skip_why[v])) != 0) {
@@ -191,26 +252,29 @@ int main(int argc, char **argv)
             if (!res.valid)
                 continue;
             results[r * V_COUNT + v] = res;
-            printf("round %d %-11s %10.0f req/s  %6.3f us/req  %6.4f enters/req  %6.3f cqes/req  %8.0f passes/s  "
-                   "%5.1f recvs/pass  %5.1f cqes/wait  ENOBUFS %llu  ms-ended %llu  short-sends %llu  send-EAGAIN %llu  "
-                   "recv-EAGAIN %llu  (%.2f s)\n",
+            printf("round %d %-17s %10.0f req/s  %6.3f us/req  %6.4f enters/req  %6.3f cqes/req  %8.0f passes/s  "
+                   "%5.1f recvs/pass  %5.1f cqes/wait  %5.1f%% waits>=20  %5.2f drains/pass  ENOBUFS %llu  "
+                   "ms-ended %llu  short-sends %llu  send-EAGAIN %llu  recv-EAGAIN %llu  (%.2f s)\n",
                    r + 1, variant_names[v], res.rps, res.cpu_us, res.enters, res.cqes, res.passes_per_s,
-                   (double)res.recv_cqes / (res.passes_per_s * res.wall), res.cqes_per_wait, (unsigned long long)res.enobufs,
-                   (unsigned long long)res.ms_ended, (unsigned long long)res.short_sends,
-                   (unsigned long long)res.eagain_sends, (unsigned long long)res.recv_eagain, res.wall);
+                   (double)res.recv_cqes / (res.passes_per_s * res.wall), res.cqes_per_wait, res.capped_share * 100,
+                   res.drains_per_pass, (unsigned long long)res.enobufs, (unsigned long long)res.ms_ended,
+                   (unsigned long long)res.short_sends, (unsigned long long)res.eagain_sends,
+                   (unsigned long long)res.recv_eagain, res.wall);
         }
     }
 
     printf("\nsummary (medians over %d rounds)\n", opt.rounds);
-    int base = opt.variants[0]; /* ratios are to poll-batch when it runs, else to the first variant */
-    for (int k = 0; k < nv; k++)
-        if (opt.variants[k] == V_POLL)
-            base = V_POLL;
     double *a = calloc((size_t)opt.rounds, sizeof(double));
     double *b = calloc((size_t)opt.rounds, sizeof(double));
     double *c = calloc((size_t)opt.rounds, sizeof(double));
+    double *d = calloc((size_t)opt.rounds, sizeof(double));
+    int base = opt.variants[0]; /* ratios are to poll-batch when it runs, else to the first variant */
+    int present[V_COUNT] = { 0 };
     for (int k = 0; k < nv; k++) {
         int v = opt.variants[k];
+        present[v] = 1;
+        if (v == V_POLL)
+            base = V_POLL;
         int n = 0;
         for (int r = 0; r < opt.rounds; r++) {
             struct result *x = &results[r * V_COUNT + v];
@@ -219,40 +283,28 @@ int main(int argc, char **argv)
             a[n] = x->rps;
             b[n] = x->cpu_us;
             c[n] = x->enters;
+            d[n] = x->cqes_per_wait;
             n++;
         }
         if (n == 0) {
-            printf("%-11s no valid runs%s%s\n", variant_names[v], skipped[v] ? ": " : "", skipped[v] ? skip_why[v] : "");
+            printf("%-17s no valid runs%s%s\n", variant_names[v], skipped[v] ? ": " : "", skipped[v] ? skip_why[v] : "");
             continue;
         }
-        printf("%-11s median %10.0f req/s  %6.3f us/req  %6.4f enters/req  (%d runs)\n", variant_names[v],
-               median(a, n), median(b, n), median(c, n), n);
+        printf("%-17s median %10.0f req/s  %6.3f us/req  %6.4f enters/req  %5.1f cqes/wait  (%d runs)\n",
+               variant_names[v], median(a, n), median(b, n), median(c, n), median(d, n), n);
     }
+    /* Each variant to the base; each +drain variant also to itself without drain. */
     for (int k = 0; k < nv; k++) {
         int v = opt.variants[k];
-        int n = 0;
-        if (v == base)
-            continue;
-        printf("%s/%s per round:", variant_names[v], variant_names[base]);
-        for (int r = 0; r < opt.rounds; r++) {
-            struct result *x = &results[r * V_COUNT + v], *y = &results[r * V_COUNT + base];
-            if (!x->valid || !y->valid)
-                continue;
-            a[n] = x->rps / y->rps;
-            b[n] = x->cpu_us / y->cpu_us;
-            printf("  r%d req/s %.3f cpu/req %.3f", r + 1, a[n], b[n]);
-            n++;
-        }
-        if (n == 0)
-            printf("  (no pairs)\n");
-        else {
-            double mb = median(b, n);
-            printf("\n  median ratio: req/s %.3f  cpu us/req %.3f\n", median(a, n), mb);
-        }
+        if (v != base)
+            print_ratios(results, v, base, a, b);
+        if (V_DRAINS(v) && present[V_KIND(v)] && V_KIND(v) != base)
+            print_ratios(results, v, V_KIND(v), a, b);
     }
     free(a);
     free(b);
     free(c);
+    free(d);
     free(results);
     close(listen_fd);
     return 0;

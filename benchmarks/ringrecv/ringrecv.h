@@ -15,6 +15,10 @@
  * In all three, the pass's responses go out as one batch of SENDMSG (MSG_DONTWAIT |
  * MSG_NOSIGNAL) in one io_uring_enter whose results are reaped before the pass ends.
  *
+ * Each also runs as <name>+drain (or all of them with --drain): after the pass's wait the
+ * server keeps calling io_uring_get_events while the kernel still holds deferred task work,
+ * so that one pass serves more than the 20 items a DEFER_TASKRUN enter runs.
+ *
  * A server thread (CPU 1) runs the variant; a load generator thread (CPU 0, epoll and
  * plain syscalls) keeps `depth` pipelined HTTP requests in flight on each connection.
  * See README.md next to this file.
@@ -22,7 +26,7 @@
  * The files:
  *   ringrecv.h     this: shared types, options, counters, and what each file offers
  *   util.c         fatal errors, clocks, CPU pinning, the wire content, the run phase
- *   ring.c         the ring as our engine sets it up, the provided buffer ring, the probe
+ *   ring.c         the ring as our engine sets it up, the provided buffer ring, the probes
  *   server.c       the server thread: counted enters, arming, the pass loop, batches
  *   completions.c  what each server CQE means: bytes consumed, requests owed, buffers back
  *   client.c       the load generator thread
@@ -65,6 +69,19 @@
 #ifndef IORING_CQE_F_BUF_MORE
 #define IORING_CQE_F_BUF_MORE (1U << 4)
 #endif
+/* Linux 5.19 names (liburing 2.3 has them). IORING_SQ_TASKRUN is bit 2: bit 1 is CQ_OVERFLOW. */
+#ifndef IORING_SETUP_TASKRUN_FLAG
+#define IORING_SETUP_TASKRUN_FLAG (1U << 9)
+#endif
+#ifndef IORING_SQ_TASKRUN
+#define IORING_SQ_TASKRUN (1U << 2)
+#endif
+
+/* Linux 6.13+: the deferred task-work items one io_uring_enter runs unless the wait asks for
+ * more (io_uring/io_uring.h); a wait that surfaced this many may have left work behind. */
+#define IO_LOCAL_TW_DEFAULT_MAX 20
+/* --drain: at most this many io_uring_get_events after a pass's wait */
+#define DRAIN_MAX_EXTRA 16
 
 /* ------------------------------------------------------------------------------------- */
 /* Wire content (util.c)                                                                 */
@@ -94,8 +111,18 @@ void wire_init(void);
 /* ------------------------------------------------------------------------------------- */
 /* Options (main.c)                                                                      */
 
-enum { V_POLL, V_BUFRING, V_BUFRING_INC, V_COUNT };
+/* A variant is a way to receive (its kind), with or without drain: kind, or kind + V_KINDS. */
+enum { V_POLL, V_BUFRING, V_BUFRING_INC, V_KINDS };
+#define V_COUNT (2 * V_KINDS)
+#define V_KIND(v) ((v) % V_KINDS)
+#define V_DRAINS(v) ((v) >= V_KINDS)
 extern const char *const variant_names[V_COUNT];
+
+/* How a drain variant tells that the kernel still holds deferred task work after an enter:
+ * IORING_SQ_TASKRUN in the SQ ring flags (ring set up with IORING_SETUP_TASKRUN_FLAG), or,
+ * where the kernel does not set it, the enter having surfaced IO_LOCAL_TW_DEFAULT_MAX CQEs. */
+enum { DRAIN_OFF, DRAIN_FLAG, DRAIN_COUNT };
+extern const char *const drain_names[3];
 
 struct options {
     int conns, depth, rounds;
@@ -106,8 +133,16 @@ struct options {
     int check;      /* compare every received request byte on the server too */
     int sndbuf;     /* server SO_SNDBUF (0: default); small values exercise short sends */
     int verbose;
+    int drain;      /* --drain: every variant given runs as its +drain form */
+    int drain_by;   /* DRAIN_FLAG or DRAIN_COUNT: --drain-by, or what probe_drain found */
 };
 extern struct options opt;
+
+/* DRAIN_OFF, or how the variant drains. */
+static inline int drain_of(int variant)
+{
+    return V_DRAINS(variant) ? opt.drain_by : DRAIN_OFF;
+}
 
 #define SERVER_CPU 1
 #define CLIENT_CPU 0
@@ -131,11 +166,14 @@ extern _Atomic int client_done;
 /* ------------------------------------------------------------------------------------- */
 /* Ring set-up and the probe (ring.c)                                                    */
 
-int ring_setup(struct io_uring *ring, char *why, size_t whylen);
+int ring_setup(struct io_uring *ring, int taskrun_flag, char *why, size_t whylen);
 int bufring_register(struct io_uring *ring, unsigned entries, int inc, struct io_uring_buf_ring **out,
                      size_t *bytes, char *why, size_t whylen);
 /* Does the kernel take the variant at all? 0 if so, else -1 with the reason in why. */
 int probe(int variant, char *why, size_t whylen);
+/* Does IORING_SQ_TASKRUN show deferred task work left after an enter? DRAIN_FLAG if so, else
+ * DRAIN_COUNT; what was seen goes in evidence. */
+int probe_drain(char *evidence, size_t len);
 
 /* ------------------------------------------------------------------------------------- */
 /* Server (server.c, completions.c)                                                      */
@@ -164,11 +202,16 @@ struct sconn {
 struct counters {
     double wall, cpu;
     uint64_t enters, cqes, requests, passes, enobufs, ms_ended, short_sends, eagain_sends,
-        recv_eagain, recv_ops, recv_cqes, bytes, wait_cqes;
+        recv_eagain, recv_ops, recv_cqes, bytes,
+        wait_cqes,     /* CQEs surfaced by the passes' waits, drain enters included */
+        capped_waits,  /* waits whose own enter surfaced >= IO_LOCAL_TW_DEFAULT_MAX CQEs */
+        drain_enters;  /* io_uring_get_events calls after a wait (also in enters) */
 };
 
 struct server {
     int variant;
+    int kind;                    /* V_KIND(variant) */
+    int drain;                   /* drain_of(variant) */
     struct io_uring ring;
     int ring_up;
     struct sconn *conns;
@@ -236,7 +279,7 @@ void *client_main(void *arg);
 
 struct result {
     int valid;
-    double rps, cpu_us, enters, cqes, passes_per_s, cqes_per_wait;
+    double rps, cpu_us, enters, cqes, passes_per_s, cqes_per_wait, drains_per_pass, capped_share;
     uint64_t requests, enobufs, ms_ended, short_sends, eagain_sends, recv_eagain, recv_ops, recv_cqes;
     double wall;
 };

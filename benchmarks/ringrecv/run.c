@@ -142,7 +142,10 @@ struct result run_one(int variant)
         res.enters = (double)(b->enters - a->enters) / reqs;
         res.cqes = (double)(b->cqes - a->cqes) / reqs;
         res.passes_per_s = (double)(b->passes - a->passes) / res.wall;
-        res.cqes_per_wait = (double)(b->wait_cqes - a->wait_cqes) / (double)(b->passes - a->passes);
+        double passes = (double)(b->passes - a->passes);
+        res.cqes_per_wait = (double)(b->wait_cqes - a->wait_cqes) / passes;
+        res.capped_share = (double)(b->capped_waits - a->capped_waits) / passes;
+        res.drains_per_pass = (double)(b->drain_enters - a->drain_enters) / passes;
         res.enobufs = b->enobufs - a->enobufs;
         res.ms_ended = b->ms_ended - a->ms_ended;
         res.short_sends = b->short_sends - a->short_sends;
@@ -152,8 +155,10 @@ struct result run_one(int variant)
         res.recv_cqes = b->recv_cqes - a->recv_cqes;
         if (opt.verbose)
             fprintf(stderr,
-                    "  [%s] lifetime: %llu io_uring_enter, %llu CQEs, %llu passes, %llu requests, %llu ENOBUFS\n",
-                    variant_names[variant], (unsigned long long)s->c.enters, (unsigned long long)s->c.cqes,
+                    "  [%s] lifetime: %llu io_uring_enter (%llu to drain), %llu CQEs, %llu passes, %llu requests, "
+                    "%llu ENOBUFS\n",
+                    variant_names[variant], (unsigned long long)s->c.enters, (unsigned long long)s->c.drain_enters,
+                    (unsigned long long)s->c.cqes,
                     (unsigned long long)s->c.passes, (unsigned long long)s->c.requests,
                     (unsigned long long)s->c.enobufs);
     }

@@ -1,5 +1,5 @@
-/* server.c - the server thread: every io_uring_enter (counted), arming, the pass loop, the
- * recv and send batches, set-up and teardown. */
+/* server.c - the server thread: every io_uring_enter (counted), arming, the pass loop and its
+ * wait (with drain, the enters that follow it), the recv and send batches, set-up, teardown. */
 
 #include "ringrecv.h"
 
@@ -10,7 +10,7 @@ static void snapshot(struct server *s, struct counters *out)
     out->cpu = now_s(CLOCK_THREAD_CPUTIME_ID);
 }
 
-/* Every io_uring_enter the server makes goes through one of these three, which count it. */
+/* Every io_uring_enter the server makes goes through one of these four, which count it. */
 static void submit(struct server *s)
 {
     if (io_uring_sq_ready(&s->ring) == 0)
@@ -29,6 +29,15 @@ static void enter_wait(struct server *s, int block)
         die("io_uring_enter (wait): %s", strerror(-r));
 }
 
+static void enter_drain(struct server *s)
+{
+    s->c.enters++;
+    s->c.drain_enters++;
+    int r = io_uring_get_events(&s->ring);
+    if (r < 0 && r != -EINTR && r != -EAGAIN && r != -EBUSY)
+        die("io_uring_enter (drain): %s", strerror(-r));
+}
+
 static struct io_uring_sqe *get_sqe(struct server *s)
 {
     struct io_uring_sqe *sqe = io_uring_get_sqe(&s->ring);
@@ -41,8 +50,9 @@ static struct io_uring_sqe *get_sqe(struct server *s)
     return sqe;
 }
 
-/* Consumes every CQE in the ring, then hands the pass's buffers back in one tail update. */
-static void reap(struct server *s)
+/* Consumes every CQE in the ring, then hands the pass's buffers back in one tail update.
+ * Returns how many it consumed. */
+static unsigned reap(struct server *s)
 {
     struct io_uring_cqe *cqe;
     unsigned head, seen = 0;
@@ -56,13 +66,40 @@ static void reap(struct server *s)
         io_uring_buf_ring_advance(s->br, s->br_pending);
         s->br_pending = 0;
     }
+    return seen;
+}
+
+/* Does the kernel still hold deferred task work after an enter that surfaced `got` CQEs? */
+static int work_left(struct server *s, unsigned got)
+{
+    if (s->drain == DRAIN_FLAG)
+        return (IO_URING_READ_ONCE(*s->ring.sq.kflags) & IORING_SQ_TASKRUN) != 0;
+    return got >= IO_LOCAL_TW_DEFAULT_MAX;
+}
+
+/* The pass's wait: one enter that blocks for readiness, or only collects when work carried
+ * over; then, with drain, more collecting enters while the kernel has work left. The CQ is
+ * empty before it (every enter is followed by a reap), so each reap counts what its enter
+ * surfaced. */
+static void wait_and_collect(struct server *s, int block)
+{
+    enter_wait(s, block);
+    unsigned got = reap(s), total = got;
+    if (got >= IO_LOCAL_TW_DEFAULT_MAX)
+        s->c.capped_waits++;
+    for (int extra = 0; s->drain != DRAIN_OFF && extra < DRAIN_MAX_EXTRA && work_left(s, got); extra++) {
+        enter_drain(s);
+        got = reap(s);
+        total += got;
+    }
+    s->c.wait_cqes += total;
 }
 
 static void arm(struct server *s, struct sconn *c)
 {
     struct io_uring_sqe *sqe = get_sqe(s);
     int idx = (int)(c - s->conns);
-    if (s->variant == V_POLL) {
+    if (s->kind == V_POLL) {
         io_uring_prep_poll_multishot(sqe, c->fd, POLLIN | POLLOUT | POLLRDHUP);
         io_uring_sqe_set_data64(sqe, UD(T_POLL, idx));
     } else {
@@ -178,11 +215,13 @@ static int fail_setup(struct server *s, const char *fmt, ...)
 static int server_setup(struct server *s)
 {
     char why[200];
-    if (ring_setup(&s->ring, why, sizeof(why)) != 0)
+    s->kind = V_KIND(s->variant);
+    s->drain = drain_of(s->variant);
+    if (ring_setup(&s->ring, s->drain == DRAIN_FLAG, why, sizeof(why)) != 0)
         return fail_setup(s, "%s", why);
     s->ring_up = 1;
-    if (s->variant != V_POLL) {
-        s->inc = s->variant == V_BUFRING_INC;
+    if (s->kind != V_POLL) {
+        s->inc = s->kind == V_BUFRING_INC;
         if (bufring_register(&s->ring, opt.bufs, s->inc, &s->br, &s->br_bytes, why, sizeof(why)) != 0)
             return fail_setup(s, "%s", why);
         s->br_mask = (unsigned)io_uring_buf_ring_mask(opt.bufs);
@@ -250,12 +289,9 @@ void *server_main(void *arg)
             snapshot(s, &s->at_stop);
         }
         /* Wait for readiness, or only collect what is there when work carries over. */
-        enter_wait(s, s->nready == 0 && s->nsend == 0);
-        uint64_t before = s->c.cqes;
-        reap(s);
-        s->c.wait_cqes += s->c.cqes - before; /* what one wait surfaced */
+        wait_and_collect(s, s->nready == 0 && s->nsend == 0);
         flush_arms(s);
-        if (s->variant == V_POLL && s->nready > 0) {
+        if (s->kind == V_POLL && s->nready > 0) {
             recv_batch(s);
             flush_arms(s);
         }
