@@ -19,9 +19,6 @@ KTL_EXPORT int32_t ktl_ring_supported(void)
     return 1;
 }
 
-/* At most this many extra enters per wait to collect completion work left behind. */
-#define KTL_DRAIN_ROUNDS 16
-
 struct io_uring_sqe *ktl_ring_sqe(ktl_ring *ring)
 {
     struct io_uring_sqe *sqe = io_uring_get_sqe(&ring->ring);
@@ -121,7 +118,6 @@ int32_t ktl_ring_reap(ktl_ring *ring, ktl_cqe *out, int32_t capacity, ktl_op *op
 KTL_EXPORT ktl_ring *ktl_ring_create(int32_t entries, ktl_ring_info *info, int32_t *error)
 {
     struct io_uring_params params;
-    const char *drain;
     int ret;
     ktl_ring *ring;
 
@@ -138,20 +134,16 @@ KTL_EXPORT ktl_ring *ktl_ring_create(int32_t entries, ktl_ring_info *info, int32
         return NULL;
     }
 
-    /* KTL_RING_DRAIN=0 leaves the drain out (see ktl_ring_wait), to measure it. Read once, here. */
-    drain = getenv("KTL_RING_DRAIN");
-    ring->drain = !(drain != NULL && drain[0] == '0');
-
     /* Completions can outnumber submissions (a multishot poll posts many), hence the larger CQ. */
     memset(&params, 0, sizeof(params));
     params.flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_SUBMIT_ALL
-        | IORING_SETUP_CQSIZE | IORING_SETUP_R_DISABLED | (ring->drain ? IORING_SETUP_TASKRUN_FLAG : 0);
+        | IORING_SETUP_CQSIZE | IORING_SETUP_R_DISABLED;
     params.cq_entries = (unsigned)entries * 4;
     ret = io_uring_queue_init_params((unsigned)entries, &ring->ring, &params);
     if (ret == -EINVAL) {
         memset(&params, 0, sizeof(params));
         params.flags = IORING_SETUP_COOP_TASKRUN | IORING_SETUP_SUBMIT_ALL | IORING_SETUP_CQSIZE
-            | IORING_SETUP_R_DISABLED | (ring->drain ? IORING_SETUP_TASKRUN_FLAG : 0);
+            | IORING_SETUP_R_DISABLED;
         params.cq_entries = (unsigned)entries * 4;
         ret = io_uring_queue_init_params((unsigned)entries, &ring->ring, &params);
     }
@@ -233,18 +225,6 @@ KTL_EXPORT int32_t ktl_ring_wait(ktl_ring *ring, int32_t timeout_ms, ktl_cqe *ou
         return ret;
 
     count += ktl_ring_reap(ring, out + count, capacity - count, NULL, NULL);
-
-    /* One io_uring_enter runs at most 20 items of deferred completion work (IO_LOCAL_TW_DEFAULT_MAX,
-     * Linux 6.13+), so a wait would hand the loop 20 sockets of a burst and leave the rest for the
-     * next pass. IORING_SQ_TASKRUN (IORING_SETUP_TASKRUN_FLAG) says work is left: collect it while
-     * there is room, so one pass serves the burst. */
-    for (int rounds = 0; ring->drain && rounds < KTL_DRAIN_ROUNDS && count < capacity
-            && (IO_URING_READ_ONCE(*ring->ring.sq.kflags) & IORING_SQ_TASKRUN); rounds++) {
-        ret = io_uring_get_events(&ring->ring);
-        if (ret < 0 && ret != -EINTR && ret != -EBUSY && ret != -EAGAIN)
-            break;
-        count += ktl_ring_reap(ring, out + count, capacity - count, NULL, NULL);
-    }
     ring->woken = 0;
     return count;
 }

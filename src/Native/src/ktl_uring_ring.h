@@ -33,7 +33,6 @@ struct ktl_ring {
     int32_t wake_fd;
     int32_t wake_error;   /* positive errno once the wake-up read failed for good */
     int32_t woken;        /* a wake-up was consumed outside ktl_ring_wait: the next wait must not block */
-    int32_t drain;        /* a wait collects the completion work one enter left behind (see ktl_ring_wait) */
     pid_t owner;          /* the thread that started the ring (and registered its fd) */
     uint64_t wake_value;  /* the eventfd read's buffer: the kernel writes it */
 

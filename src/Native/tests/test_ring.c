@@ -198,33 +198,6 @@ static void test_wake_and_timeout(ktl_ring *ring, int wake_fd)
     CHECK(now_ms() - start >= 90);
 }
 
-/* A burst larger than what one io_uring_enter runs of deferred completion work (20 items on
- * Linux 6.13+) comes back from one wait whole, as epoll_wait would return it. */
-static void test_one_wait_collects_a_burst(ktl_ring *ring)
-{
-    enum { N = 64 };
-    int fds[N][2];
-    ktl_cqe ev[2 * N];
-    int32_t n;
-
-    for (int i = 0; i < N; i++) {
-        tcp_pair(fds[i]);
-        CHECK_EQ(ktl_ring_poll(ring, fds[i][0], POLLIN | EPOLLET, 3000 + (uint64_t)i), 0);
-    }
-    CHECK_EQ(ktl_ring_wait(ring, 0, ev, 2 * N), 0);
-    for (int i = 0; i < N; i++)
-        write_all(fds[i][1], "b", 1);
-    usleep(20 * 1000);
-    n = ktl_ring_wait(ring, 1000, ev, 2 * N);
-    CHECK_EQ(n, N);
-    for (int i = 0; i < N; i++) {
-        uint64_t data = 3000 + (uint64_t)i;
-        CHECK_EQ(ktl_ring_remove_all(ring, &data, 1), 0);
-        close(fds[i][0]);
-        close(fds[i][1]);
-    }
-}
-
 /* A wake-up that a removal happened to consume still ends the next wait: the loop decided to
  * sleep before another thread posted work and signalled, and must see that signal. */
 static void test_wake_consumed_by_removal_ends_next_wait(ktl_ring *ring, int wake_fd)
@@ -347,7 +320,6 @@ void run_ring_tests(void)
     test_wake_consumed_by_removal_ends_next_wait(ring, wake_fd);
     test_poll_during_batch_kept(ring);
     test_more_events_than_capacity(ring);
-    test_one_wait_collects_a_burst(ring);
     ktl_ring_destroy(ring);
     close(wake_fd);
     printf("ring: ok\n");
