@@ -186,7 +186,10 @@ KTL_EXPORT int32_t ktl_ring_remove_all(ktl_ring *ring, const uint64_t *user_data
 /*
  * Submits what is queued and waits up to timeout_ms (-1: no limit, 0: only looks) for
  * completions; copies at most capacity of them to out (wake-ups are consumed here and not
- * reported). Returns the count, 0 on timeout, EINTR or a wake-up, or -errno.
+ * reported). On DEFER_TASKRUN rings one io_uring_enter runs at most 20 items of completion
+ * work (Linux 6.13+): the rest comes with the next wait. A wake-up that a batch or a removal
+ * consumed makes the next wait return at once. Returns the count, 0 on timeout, EINTR or a
+ * wake-up, or -errno.
  */
 KTL_EXPORT int32_t ktl_ring_wait(ktl_ring *ring, int32_t timeout_ms, ktl_cqe *out, int32_t capacity);
 

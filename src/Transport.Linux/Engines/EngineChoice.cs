@@ -60,7 +60,7 @@ internal static class EngineChoice
     {
         if (backend == IoBackend.IoUring)
         {
-            var ring = UringEngine.TryCreate(out _, out string? reason, options.Tuning);
+            var ring = UringEngine.TryCreate(out _, out string? reason);
             if (ring is not null)
             {
                 return ring;

@@ -1,6 +1,5 @@
 using System.Runtime.InteropServices;
 using Kestrel.Transport.Linux.Diagnostics;
-using Kestrel.Transport.Linux.Hosting;
 using Kestrel.Transport.Linux.Interop;
 
 namespace Kestrel.Transport.Linux.Engines;
@@ -51,14 +50,9 @@ internal sealed unsafe class UringEngine : IoEngine
     private readonly List<OwnedFd> _closingSockets = [];
     private bool _disposed;
 
-    private readonly bool _multishotAccept;
-    private readonly bool _batchRemovals;
-
-    private UringEngine(nint ring, RingInfo info, OwnedFd wake, TransportTuning? tuning)
+    private UringEngine(nint ring, RingInfo info, OwnedFd wake)
     {
         _ring = ring;
-        _multishotAccept = tuning?.MultishotAccept ?? true;
-        _batchRemovals = tuning?.BatchRingRemovals ?? true;
         _wake = wake;
         Info = info;
         _executor = new RingExecutor(this);
@@ -76,13 +70,13 @@ internal sealed unsafe class UringEngine : IoEngine
 
     public override bool UsesAio => false;
 
-    public override bool AcceptsInKernel => _multishotAccept;
+    public override bool AcceptsInKernel => true;
 
     /// <summary>
     /// Creates a ring (disabled until <see cref="Start"/> runs on the loop thread), or returns null with the positive
     /// errno of the failure and a description of the likely cause.
     /// </summary>
-    public static UringEngine? TryCreate(out int error, out string? reason, TransportTuning? tuning = null)
+    public static UringEngine? TryCreate(out int error, out string? reason)
     {
         reason = null;
         error = 0;
@@ -120,7 +114,7 @@ internal sealed unsafe class UringEngine : IoEngine
             return null;
         }
 
-        return new UringEngine(ring, info, OwnedFd.Take(wake, "eventfd"), tuning);
+        return new UringEngine(ring, info, OwnedFd.Take(wake, "eventfd"));
     }
 
     /// <summary>The IORING_SETUP_* flags that matter here, as a log names them.</summary>
@@ -141,7 +135,7 @@ internal sealed unsafe class UringEngine : IoEngine
     public override SysResult Register(int fd, object owner, uint events) => Watch(fd, owner, events, accept: false);
 
     /// <summary>A multishot accept (Linux 5.19, which every ring this engine sets up has): no accept4, no EAGAIN at the end of a burst.</summary>
-    public override SysResult RegisterListener(int fd, object owner, uint events) => Watch(fd, owner, events, accept: _multishotAccept);
+    public override SysResult RegisterListener(int fd, object owner, uint events) => Watch(fd, owner, events, accept: true);
 
     public override int AcceptedAt(int index) => _accepted[index];
 
@@ -188,7 +182,7 @@ internal sealed unsafe class UringEngine : IoEngine
     public override void Close(OwnedFd socket, object owner, bool immediately)
     {
         int fd = socket.Value;
-        if (immediately || !_batchRemovals || fd < 0 || fd >= _owners.Length || !ReferenceEquals(_owners[fd], owner) || _generations[fd] == 0)
+        if (immediately || fd < 0 || fd >= _owners.Length || !ReferenceEquals(_owners[fd], owner) || _generations[fd] == 0)
         {
             Unregister(fd, owner, stillOpen: false);
             socket.Dispose();

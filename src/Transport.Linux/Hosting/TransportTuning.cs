@@ -38,12 +38,6 @@ internal sealed class TransportTuning
     /// <summary>Use libktl_native.so when it loads (false: the managed P/Invoke engine).</summary>
     public bool UseNativeEngine { get; set; } = true;
 
-    /// <summary>io_uring: a multishot accept per listener (false: a poll per listener and accept4, as on epoll), to measure one against the other.</summary>
-    public bool MultishotAccept { get; set; } = true;
-
-    /// <summary>io_uring: the polls of connections closed in a pass end together at the next wait (false: one io_uring_enter per close), to measure one against the other.</summary>
-    public bool BatchRingRemovals { get; set; } = true;
-
     /// <summary>Keep sending with MSG_ZEROCOPY after the kernel reported it copied (loopback always copies), so that tests exercise the path.</summary>
     public bool ZeroCopyWhenKernelCopies { get; set; }
 
@@ -72,8 +66,6 @@ internal sealed class TransportTuning
                 nameof(TcpQuickAck) => SetBool(value, v => TcpQuickAck = v),
                 nameof(UseNativeEngine) => SetBool(value, v => UseNativeEngine = v),
                 nameof(ZeroCopyWhenKernelCopies) => SetBool(value, v => ZeroCopyWhenKernelCopies = v),
-                nameof(MultishotAccept) => SetBool(value, v => MultishotAccept = v),
-                nameof(BatchRingRemovals) => SetBool(value, v => BatchRingRemovals = v),
                 nameof(MaxBytesPerRead) => SetInt(value, v => MaxBytesPerRead = v),
                 nameof(TcpNotSentLowAtBytes) => SetInt(value, v => TcpNotSentLowAtBytes = v),
                 _ => $"unknown tuning switch '{name}'; known: {string.Join(", ", Names)}.",
@@ -93,7 +85,7 @@ internal sealed class TransportTuning
     [
         nameof(DeferSend), nameof(SendFromThreadPool), nameof(CoalesceThreadPoolSends), nameof(MaxBytesPerRead),
         nameof(SchedBatchLoops), nameof(TcpQuickAck), nameof(TcpNotSentLowAtBytes), nameof(UseNativeEngine),
-        nameof(ZeroCopyWhenKernelCopies), nameof(MultishotAccept), nameof(BatchRingRemovals),
+        nameof(ZeroCopyWhenKernelCopies),
     ];
 
     internal IEnumerable<string> Validate()
