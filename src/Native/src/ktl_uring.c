@@ -254,6 +254,7 @@ KTL_EXPORT void ktl_ring_destroy(ktl_ring *ring)
     io_uring_cq_advance(&ring->ring, seen);
     io_uring_queue_exit(&ring->ring);
     free(ring->msgs);
+    free(ring->removals);
     free(ring->pending);
     free(ring);
 }

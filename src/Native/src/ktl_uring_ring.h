@@ -40,6 +40,10 @@ struct ktl_ring {
     struct msghdr *msgs;
     int32_t msg_capacity;
 
+    /* ktl_ring_remove_all's bookkeeping, kept between calls (a loop removes on every pass that closes). */
+    struct ktl_removal *removals;
+    int32_t removal_capacity;
+
     /* Caller completions reaped while a batch or a removal waited, for the next wait. */
     ktl_cqe *pending;
     int32_t pending_head;

@@ -44,7 +44,7 @@ KTL_EXPORT int32_t ktl_ring_accept(ktl_ring *ring, int32_t fd, uint64_t user_dat
 
 /* One request being removed with wait: whether its cancel has answered (and how), and
  * whether its last completion has been seen. */
-typedef struct removal {
+typedef struct ktl_removal {
     uint64_t target;
     int32_t cancel_res;
     uint8_t cancel_done;
@@ -119,7 +119,7 @@ KTL_EXPORT int32_t ktl_ring_remove(ktl_ring *ring, uint64_t user_data, int32_t w
 
 KTL_EXPORT int32_t ktl_ring_remove_all(ktl_ring *ring, const uint64_t *user_data, int32_t count)
 {
-    removal one, *removals = &one;
+    removal *removals;
     int ret = 0;
 
     if (ring == NULL || count < 0 || (count > 0 && user_data == NULL))
@@ -130,8 +130,15 @@ KTL_EXPORT int32_t ktl_ring_remove_all(ktl_ring *ring, const uint64_t *user_data
         if ((user_data[i] & KTL_RING_INTERNAL) != 0)
             return -EINVAL;
     }
-    if (count > 1 && (removals = calloc((size_t)count, sizeof(*removals))) == NULL)
-        return -ENOMEM;
+    if (count > ring->removal_capacity) {
+        int32_t capacity = count < 64 ? 64 : count;
+        removal *grown = realloc(ring->removals, (size_t)capacity * sizeof(removal));
+        if (grown == NULL)
+            return -ENOMEM;
+        ring->removals = grown;
+        ring->removal_capacity = capacity;
+    }
+    removals = ring->removals;
 
     /* Usually one io_uring_enter: the cancels and the requests' -ECANCELED complete in it. A
      * request holds a reference to its socket until its last completion, so returning earlier
@@ -155,13 +162,10 @@ KTL_EXPORT int32_t ktl_ring_remove_all(ktl_ring *ring, const uint64_t *user_data
                 /* -EALREADY (or a transient failure): the request is still armed; ask again. */
                 r->cancel_done = 0;
                 if ((ret = queue_removal(ring, r->target, KTL_TAG_REMOVE | (uint64_t)i)) < 0)
-                    goto out;
+                    return ret;
             }
         }
         ret = io_uring_submit_and_wait(&ring->ring, 1);
     }
-out:
-    if (removals != &one)
-        free(removals);
     return ret;
 }
