@@ -4,7 +4,7 @@
 #
 #   ./benchmarks/trace.sh [--scenario plaintext16|json|plaintext|churn|PATH:DEPTH[:close]] [--connections 256]
 #                         [--seconds 10] [--warmup 30] [--out DIR] [--no-build]
-#                         [--rate REQ/S [--rate-warmup 1] [--sched]] [--profile samples|events|none]
+#                         [--rate REQ/S [--rate-warmup 1] [--sched]] [--profile samples|events|none] [--perf]
 #                         NAME='[VAR=value ...] sample args' [NAME='...' ...]
 #
 #   ./benchmarks/trace.sh --scenario plaintext16 linux='--transport linux' sockets='--transport sockets'
@@ -22,7 +22,10 @@
 # the slow episodes and how long woken threads waited for it. --profile none runs the server without
 # EventPipe (with --sched, the least disturbed view). NAME=@ceiling runs the raw C epoll server
 # (benchmarks/ceiling) instead of the sample: the floor that this machine and the load generator put
-# under every latency.
+# under every latency. --perf samples the server's CPU with perf over the closed-loop window (kernel,
+# native and JIT-compiled code alike; the runtime writes a perf map) and summary.md gets one table,
+# samples per 1,000 requests by function, every configuration side by side (benchmarks/lib/perfdiff.py):
+# where two engines differ in CPU per request, function by function. Use it with --profile none.
 #
 # The trace is the runtime's own EventPipe, enabled by environment variables (no dotnet-trace needed):
 # the SampleProfiler provider (a stack of every managed thread about every millisecond) plus the runtime
@@ -37,8 +40,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export DOTNET_CLI_TELEMETRY_OPTOUT=1 DOTNET_NOLOGO=1
 
 scenario=plaintext16 connections=256 seconds=10 warmup=30 out=artifacts/trace build=1
-server_cpus=1 client_cpus=0 port=5077 rate='' rate_warmup=1 profile=samples sched=0
-configs=()
+server_cpus=1 client_cpus=0 port=5077 rate='' rate_warmup=1 profile=samples sched=0 perf=0
+configs=() perf_reports=()
 while (( $# > 0 )); do
     case "$1" in
         --scenario) scenario=$2; shift 2 ;;
@@ -51,6 +54,7 @@ while (( $# > 0 )); do
         --rate) rate=$2; shift 2 ;;
         --profile) profile=$2; shift 2 ;;
         --sched) sched=1; shift ;;
+        --perf) perf=1; shift ;;
         --rate-warmup) rate_warmup=$2; shift 2 ;;
         --no-build) build=0; shift ;;
         -h|--help) sed -n '2,34p' "$0"; exit 0 ;;
@@ -80,7 +84,11 @@ if [[ -n $rate ]]; then
     [[ $rate =~ ^[0-9]+([.][0-9]+)?$ ]] || { echo "trace: --rate needs requests per second, not '$rate'" >&2; exit 2; }
     (( depth == 1 && ! close )) || { echo "trace: --rate runs depth 1 on kept-alive connections; '$scenario' is not" >&2; exit 2; }
 fi
-[[ -n $rate || $profile != none ]] || { echo "trace: --profile none goes with --rate (there is nothing else to report)" >&2; exit 2; }
+[[ -n $rate || $profile != none || $perf == 1 ]] || { echo "trace: --profile none goes with --rate or --perf (there is nothing else to report)" >&2; exit 2; }
+if (( perf )); then
+    [[ -z $rate ]] || { echo "trace: --perf samples the closed-loop window; it does not go with --rate" >&2; exit 2; }
+    command -v perf > /dev/null || { echo "trace: --perf needs perf (apt-get install linux-perf)" >&2; exit 2; }
+fi
 [[ -n $rate || " ${configs[*]}" != *=@ceiling* ]] || { echo "trace: @ceiling goes with --rate" >&2; exit 2; }
 if (( sched )); then
     [[ -n $rate ]] || { echo "trace: --sched goes with --rate" >&2; exit 2; }
@@ -136,6 +144,9 @@ for entry in "${configs[@]}"; do
     done
     trace=$out/$name.nettrace
     rm -f "$trace"
+    # The runtime writes /tmp/perf-PID.map, which names JIT-compiled code in perf's report (with W^X off:
+    # otherwise that code runs from an anonymous double mapping the map does not cover).
+    (( perf )) && server_env+=(DOTNET_PerfMapEnabled=1 DOTNET_EnableWriteXorExecute=0)
     start=$(date +%s.%N)
     if [[ ${sample_args[*]} == @ceiling ]]; then
         taskset -c "$server_cpus" artifacts/benchmarks/bin/ceiling -a 127.0.0.1 -p "$port" > "$out/$name.server.log" 2>&1 &
@@ -174,7 +185,19 @@ for entry in "${configs[@]}"; do
             latency_args+=(--sched "$out/$name.sched.txt")
         fi
     else
+        if (( perf )); then
+            perf record -q -C "$server_cpus" -F 2000 -o "$out/$name.perf.data" -- sleep "$seconds" > /dev/null 2>&1 &
+            perf_pid=$!
+        fi
         taskset -c "$client_cpus" wrk "${wrk_args[@]}" -d "${seconds}s" --latency "http://127.0.0.1:$port$path" -- "$depth" > "$out/$name.wrk.txt"
+        if (( perf )); then
+            wait "$perf_pid" || true
+            perf report -i "$out/$name.perf.data" --no-children --sort dso,sym --stdio -q -n -g none \
+                > "$out/$name.perf.txt" 2> /dev/null
+            perf report -i "$out/$name.perf.data" --no-children --sort comm --stdio -q -n -g none \
+                > "$out/$name.threads.txt" 2> /dev/null
+            rm -f "$out/$name.perf.data"
+        fi
     fi
     to=$(echo "$(date +%s.%N) - $start" | bc)
     # SIGTERM: the host shuts down gracefully and the runtime writes the end of the trace (a
@@ -190,11 +213,15 @@ for entry in "${configs[@]}"; do
     fi
     echo "trace: $name: $rps req/s under tracing; samples from ${from%.*} s to ${to%.*} s"
     title="$name: \`${entry#*=}\` ($rps req/s${trace:+ while traced})"
+    (( perf )) && perf_reports+=("$name=$requests=$out/$name.perf.txt")
     if [[ -n $trace ]]; then
         dotnet "$analyzer" "$trace" --from "$from" --to "$to" --title "$title" \
             --requests "${requests:-0}" "${latency_args[@]}" --out "$summary" > /dev/null
-    else
+    elif [[ -n $rate ]]; then
         dotnet "$analyzer" "${latency_args[@]}" --title "$title" --out "$summary" > /dev/null
     fi
 done
+if (( perf )); then
+    python3 benchmarks/lib/perfdiff.py "${perf_reports[@]}" >> "$summary"
+fi
 echo "trace: wrote $summary"
