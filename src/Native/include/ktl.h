@@ -20,7 +20,7 @@
 extern "C" {
 #endif
 
-#define KTL_ABI_VERSION 4
+#define KTL_ABI_VERSION 5
 
 #define KTL_EXPORT __attribute__((visibility("default")))
 
@@ -29,11 +29,15 @@ extern "C" {
 #define KTL_OP_SEND 1
 
 /*
- * Op flags. KTL_SEND_ZEROCOPY sends with MSG_ZEROCOPY (Linux 4.14, msg_zerocopy.rst): the
- * socket must have SO_ZEROCOPY set, and the caller must keep the buffers unchanged until
- * the kernel's completion notification for this send arrives on the socket's error queue
- * (recvmsg with MSG_ERRQUEUE), not just until the call returns. Such an op always runs
- * synchronously (sendmsg), also in an AIO batch. Valid on sends only.
+ * Op flags. KTL_SEND_ZEROCOPY sends without copying, and the caller must keep the buffers
+ * unchanged until the kernel says it is done with them, not just until the call returns.
+ * Valid on sends only. In ktl_batch (and in a ring batch whose ring lacks
+ * KTL_RING_SENDS_ZEROCOPY) it is sendmsg with MSG_ZEROCOPY (Linux 4.14, msg_zerocopy.rst): the
+ * socket must have SO_ZEROCOPY set, the op runs synchronously (also in an AIO batch), and the
+ * notification arrives on the socket's error queue (recvmsg with MSG_ERRQUEUE). In a ring
+ * batch whose ring has KTL_RING_SENDS_ZEROCOPY, and with a nonzero tag, it is
+ * IORING_OP_SENDMSG_ZC instead, and the notification is a completion of ktl_ring_wait
+ * carrying the op's tag (KTL_RING_SEND_DONE).
  */
 #define KTL_SEND_ZEROCOPY 1
 
@@ -44,7 +48,7 @@ typedef struct ktl_op {
     const struct iovec *iov;   /* buffers; must stay valid for the duration of the call */
     int64_t result;            /* out: bytes transferred (0 = EOF on receive), or -errno */
     int32_t flags;             /* KTL_SEND_* bits; 0 for a plain op */
-    int32_t reserved;          /* must be 0 */
+    uint32_t tag;              /* a zero-copy send's number for its ring notification; else 0 */
 } ktl_op;
 
 typedef struct ktl_engine ktl_engine;
@@ -101,12 +105,19 @@ KTL_EXPORT int32_t ktl_batch(ktl_engine *engine, int32_t direction, int32_t use_
 #define KTL_RING_DEFER_TASKRUN (1u << 13)
 #define KTL_RING_COOP_TASKRUN (1u << 8)
 
-/* What the ring is and what the kernel offers; filled by ktl_ring_create. */
+/* ktl_ring_info.abilities: KTL_SEND_ZEROCOPY ops of a ring batch are IORING_OP_SENDMSG_ZC
+ * (Linux 6.2: the notification also says whether the kernel copied after all). */
+#define KTL_RING_SENDS_ZEROCOPY 1u
+
+/* What the ring is and what the kernel offers; filled by ktl_ring_create (setup, features,
+ * sizes) and ktl_ring_start (abilities, which need the enabled ring to probe). */
 typedef struct ktl_ring_info {
     uint32_t setup;      /* IORING_SETUP_* flags in use */
     uint32_t features;   /* IORING_FEAT_* from io_uring_setup */
     uint32_t sq_entries;
     uint32_t cq_entries;
+    uint32_t abilities;  /* KTL_RING_* ability bits */
+    uint32_t reserved;
 } ktl_ring_info;
 
 /* One completion as ktl_ring_wait reports it: 16 bytes, layout is part of the ABI. */
@@ -123,6 +134,16 @@ typedef struct ktl_cqe {
 
 /* Marks an accept's user_data (ktl_ring_accept): its completions carry accepted sockets. */
 #define KTL_RING_ACCEPT (1ull << 62)
+
+/*
+ * Marks a zero-copy send's notification (a ring batch's KTL_SEND_ZEROCOPY op, where the ring
+ * has KTL_RING_SENDS_ZEROCOPY): user_data is KTL_RING_SEND_DONE | the op's tag, res is 1 when
+ * the kernel copied the bytes after all (loopback, a device without scatter-gather) and 0
+ * when it sent from the buffers, which are the caller's again. Exactly one comes for every such
+ * op, also for one that failed (which held nothing), after its result. ktl_ring_poll and
+ * ktl_ring_accept reject this bit.
+ */
+#define KTL_RING_SEND_DONE (1ull << 61)
 
 typedef struct ktl_ring ktl_ring;
 
@@ -141,10 +162,10 @@ KTL_EXPORT ktl_ring *ktl_ring_create(int32_t entries, ktl_ring_info *info, int32
 
 /*
  * On the thread that will own the ring: enables it, registers its fd with the thread
- * (where the kernel can) and arms the pending read of wake_fd (an eventfd). Returns 0 or
- * -errno.
+ * (where the kernel can), probes what the kernel can do with it (info->abilities; info may
+ * be NULL) and arms the pending read of wake_fd (an eventfd). Returns 0 or -errno.
  */
-KTL_EXPORT int32_t ktl_ring_start(ktl_ring *ring, int32_t wake_fd);
+KTL_EXPORT int32_t ktl_ring_start(ktl_ring *ring, int32_t wake_fd, ktl_ring_info *info);
 
 /*
  * Queues a poll of fd for events (poll(2)/epoll(7) bits; EPOLLEXCLUSIVE allowed) whose
@@ -196,8 +217,10 @@ KTL_EXPORT int32_t ktl_ring_wait(ktl_ring *ring, int32_t timeout_ms, ktl_cqe *ou
 /*
  * As ktl_batch, through the ring: every op is submitted in one io_uring_enter (more when
  * the batch exceeds the submission queue) and has its result when the call returns.
- * Zero-copy sends run synchronously (sendmsg with MSG_ZEROCOPY). Poll completions that
- * arrive meanwhile are kept for the next ktl_ring_wait. Returns count, or -errno.
+ * Zero-copy sends are SENDMSG_ZC ops of the batch where the ring has KTL_RING_SENDS_ZEROCOPY
+ * (their notifications come later, through ktl_ring_wait), and otherwise run synchronously
+ * (sendmsg with MSG_ZEROCOPY). Poll completions that arrive meanwhile are kept for the next
+ * ktl_ring_wait. Returns count, or -errno.
  */
 KTL_EXPORT int32_t ktl_ring_batch(ktl_ring *ring, int32_t direction, ktl_op *ops, int32_t count);
 

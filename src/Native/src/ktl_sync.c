@@ -21,7 +21,7 @@ int ktl_op_is_valid(int32_t direction, const ktl_op *op)
 {
     int32_t allowed = direction == KTL_OP_SEND ? KTL_SEND_ZEROCOPY : 0;
     return op->iov != NULL && op->iov_count >= 1 && op->iov_count <= IOV_MAX
-        && (op->flags & ~allowed) == 0 && op->reserved == 0;
+        && (op->flags & ~allowed) == 0 && (op->tag == 0 || (op->flags & KTL_SEND_ZEROCOPY));
 }
 
 void ktl_sync_op(int32_t direction, ktl_op *op)

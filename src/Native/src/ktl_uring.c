@@ -50,7 +50,23 @@ void ktl_ring_on_wake(ktl_ring *ring, int32_t res)
     }
 }
 
-int ktl_ring_keep(ktl_ring *ring, const struct io_uring_cqe *cqe)
+int ktl_ring_reports(const struct io_uring_cqe *cqe)
+{
+    return (cqe->user_data & KTL_RING_INTERNAL) == 0
+        || ((cqe->user_data & KTL_TAG_MASK) == KTL_TAG_SEND_ZC && (cqe->flags & IORING_CQE_F_NOTIF));
+}
+
+ktl_cqe ktl_ring_report(const struct io_uring_cqe *cqe)
+{
+    if ((cqe->user_data & KTL_RING_INTERNAL) == 0)
+        return (ktl_cqe){ .user_data = cqe->user_data, .res = cqe->res, .flags = cqe->flags };
+    return (ktl_cqe){
+        .user_data = KTL_RING_SEND_DONE | (cqe->user_data & 0xffffffffu),
+        .res = ((uint32_t)cqe->res & IORING_NOTIF_USAGE_ZC_COPIED) ? 1 : 0,
+    };
+}
+
+int ktl_ring_keep(ktl_ring *ring, ktl_cqe report)
 {
     if (ring->pending_head + ring->pending_count == ring->pending_capacity) {
         if (ring->pending_head > 0) {
@@ -66,10 +82,7 @@ int ktl_ring_keep(ktl_ring *ring, const struct io_uring_cqe *cqe)
             ring->pending_capacity = capacity;
         }
     }
-    ktl_cqe *slot = &ring->pending[ring->pending_head + ring->pending_count++];
-    slot->user_data = cqe->user_data;
-    slot->res = cqe->res;
-    slot->flags = cqe->flags;
+    ring->pending[ring->pending_head + ring->pending_count++] = report;
     return 0;
 }
 
@@ -88,21 +101,25 @@ int32_t ktl_ring_reap(ktl_ring *ring, ktl_cqe *out, int32_t capacity, ktl_op *op
 
     io_uring_for_each_cqe(&ring->ring, head, cqe) {
         uint64_t data = cqe->user_data;
-        if ((data & KTL_RING_INTERNAL) == 0) {
+        if (ktl_ring_reports(cqe)) {
             if (out != NULL) {
                 if (copied == capacity)
                     break;
-                out[copied].user_data = data;
-                out[copied].res = cqe->res;
-                out[copied].flags = cqe->flags;
-                copied++;
+                out[copied++] = ktl_ring_report(cqe);
             } else {
-                /* Out of memory drops the event: the socket's next one still arrives. */
-                (void)ktl_ring_keep(ring, cqe);
+                /* Out of memory drops the event: the socket's next one still arrives. (A lost
+                 * zero-copy notification would hold its buffers until the connection closes.) */
+                (void)ktl_ring_keep(ring, ktl_ring_report(cqe));
             }
         } else if ((data & KTL_TAG_MASK) == KTL_TAG_OP) {
             if (ops != NULL) {
                 ops[data & 0xffffffffu].result = cqe->res;
+                (*outstanding)--;
+            }
+        } else if ((data & KTL_TAG_MASK) == KTL_TAG_SEND_ZC) {
+            /* The send's result (its notification was handled above); F_MORE: one will follow. */
+            if (ops != NULL) {
+                ops[(data >> 32) & KTL_SEND_ZC_MAX_INDEX].result = cqe->res;
                 (*outstanding)--;
             }
         } else if ((data & KTL_TAG_MASK) == KTL_TAG_WAKE) {
@@ -160,13 +177,52 @@ KTL_EXPORT ktl_ring *ktl_ring_create(int32_t entries, ktl_ring_info *info, int32
         info->features = params.features;
         info->sq_entries = params.sq_entries;
         info->cq_entries = params.cq_entries;
+        info->abilities = 0;
+        info->reserved = 0;
     }
     if (error != NULL)
         *error = 0;
     return ring;
 }
 
-KTL_EXPORT int32_t ktl_ring_start(ktl_ring *ring, int32_t wake_fd)
+/*
+ * Whether SENDMSG_ZC with IORING_SEND_ZC_REPORT_USAGE is there (6.2): a kernel without the
+ * opcode, or without the flag, fails the request's preparation with -EINVAL, before the fd
+ * is looked at, so a send on fd -1 tells the two apart from -EBADF. Its notification, if
+ * any, is reaped later and ignored (KTL_TAG_PROBE).
+ */
+static uint32_t probe_abilities(ktl_ring *ring)
+{
+    static const char byte = 0;
+    struct iovec iov = { .iov_base = (void *)&byte, .iov_len = 1 };
+    struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
+    struct io_uring_probe *probe = io_uring_get_probe_ring(&ring->ring);
+    struct io_uring_sqe *sqe;
+    struct io_uring_cqe *cqe;
+    int supported = probe != NULL && io_uring_opcode_supported(probe, IORING_OP_SENDMSG_ZC);
+    int res;
+
+    io_uring_free_probe(probe);
+    if (!supported || (sqe = ktl_ring_sqe(ring)) == NULL)
+        return 0;
+    io_uring_prep_sendmsg_zc(sqe, -1, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+    sqe->ioprio |= IORING_SEND_ZC_REPORT_USAGE;
+    io_uring_sqe_set_data64(sqe, KTL_TAG_PROBE);
+    if (io_uring_submit_and_wait(&ring->ring, 1) < 0)
+        return 0;
+    for (;;) {
+        if (io_uring_peek_cqe(&ring->ring, &cqe) != 0)
+            return 0;
+        if (cqe->user_data == KTL_TAG_PROBE && !(cqe->flags & IORING_CQE_F_NOTIF))
+            break;
+        io_uring_cqe_seen(&ring->ring, cqe); /* nothing else is in flight yet */
+    }
+    res = cqe->res;
+    io_uring_cqe_seen(&ring->ring, cqe);
+    return res == -EINVAL ? 0 : KTL_RING_SENDS_ZEROCOPY;
+}
+
+KTL_EXPORT int32_t ktl_ring_start(ktl_ring *ring, int32_t wake_fd, ktl_ring_info *info)
 {
     int ret;
 
@@ -186,6 +242,9 @@ KTL_EXPORT int32_t ktl_ring_start(ktl_ring *ring, int32_t wake_fd)
     if (io_uring_register_ring_fd(&ring->ring) == 1)
         ring->owner = (pid_t)syscall(SYS_gettid);
 
+    ring->abilities = probe_abilities(ring);
+    if (info != NULL)
+        info->abilities = ring->abilities;
     ring->wake_fd = wake_fd;
     return arm_wake(ring);
 }

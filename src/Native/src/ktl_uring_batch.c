@@ -31,13 +31,15 @@ KTL_EXPORT int32_t ktl_ring_batch(ktl_ring *ring, int32_t direction, ktl_op *ops
         ktl_op *op = &ops[i];
         struct msghdr *msg = &ring->msgs[i];
         struct io_uring_sqe *sqe;
+        int zerocopy;
 
         if (!ktl_op_is_valid(direction, op)) {
             op->result = -EINVAL;
             continue;
         }
-        if (op->flags & KTL_SEND_ZEROCOPY) {
-            /* MSG_ZEROCOPY's notifications arrive on the error queue, as the epoll engine expects. */
+        zerocopy = (op->flags & KTL_SEND_ZEROCOPY) != 0;
+        if (zerocopy && (!(ring->abilities & KTL_RING_SENDS_ZEROCOPY) || op->tag == 0 || i > KTL_SEND_ZC_MAX_INDEX)) {
+            /* MSG_ZEROCOPY: the notification arrives on the socket's error queue, as on epoll. */
             ktl_sync_op(direction, op);
             continue;
         }
@@ -51,12 +53,19 @@ KTL_EXPORT int32_t ktl_ring_batch(ktl_ring *ring, int32_t direction, ktl_op *ops
         msg->msg_iov = (struct iovec *)op->iov;
         msg->msg_iovlen = (size_t)op->iov_count;
         /* MSG_DONTWAIT: a socket with nothing to read or no room completes with -EAGAIN at
-         * once instead of arming an internal poll, so no op outlives this call. */
-        if (direction == KTL_OP_RECEIVE)
+         * once instead of arming an internal poll, so no op outlives this call (a zero-copy
+         * send's notification does, by design: it says when the buffers are free). */
+        if (direction == KTL_OP_RECEIVE) {
             io_uring_prep_recvmsg(sqe, op->fd, msg, MSG_DONTWAIT);
-        else
+            io_uring_sqe_set_data64(sqe, KTL_TAG_OP | (uint64_t)i);
+        } else if (zerocopy) {
+            io_uring_prep_sendmsg_zc(sqe, op->fd, msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+            sqe->ioprio |= IORING_SEND_ZC_REPORT_USAGE;
+            io_uring_sqe_set_data64(sqe, KTL_TAG_SEND_ZC | ((uint64_t)i << 32) | op->tag);
+        } else {
             io_uring_prep_sendmsg(sqe, op->fd, msg, MSG_DONTWAIT | MSG_NOSIGNAL);
-        io_uring_sqe_set_data64(sqe, KTL_TAG_OP | (uint64_t)i);
+            io_uring_sqe_set_data64(sqe, KTL_TAG_OP | (uint64_t)i);
+        }
         outstanding++;
     }
 

@@ -22,10 +22,11 @@ KTL_EXPORT ktl_ring *ktl_ring_create(int32_t entries, ktl_ring_info *info, int32
     return NULL;
 }
 
-KTL_EXPORT int32_t ktl_ring_start(ktl_ring *ring, int32_t wake_fd)
+KTL_EXPORT int32_t ktl_ring_start(ktl_ring *ring, int32_t wake_fd, ktl_ring_info *info)
 {
     (void)ring;
     (void)wake_fd;
+    (void)info;
     return -ENOSYS;
 }
 

@@ -9,7 +9,10 @@
  *   - the wake-up: one pending read of the loop's eventfd (KTL_TAG_WAKE), re-armed each
  *     time it completes, so another thread's eventfd write ends a wait;
  *   - a batch's ops (KTL_TAG_OP | index), which never outlive ktl_ring_batch, and
- *     removals (KTL_TAG_REMOVE, KTL_TAG_REMOVE_QUIET).
+ *     removals (KTL_TAG_REMOVE, KTL_TAG_REMOVE_QUIET);
+ *   - a batch's zero-copy sends (KTL_TAG_SEND_ZC | index << 32 | tag): their result comes
+ *     within the batch, their notification (IORING_CQE_F_NOTIF, the same user_data) later,
+ *     and is reported to the caller as KTL_RING_SEND_DONE | tag.
  */
 #ifndef KTL_URING_RING_H
 #define KTL_URING_RING_H
@@ -27,6 +30,19 @@
 #define KTL_TAG_OP (KTL_RING_INTERNAL | (2ull << 56))
 #define KTL_TAG_REMOVE (KTL_RING_INTERNAL | (3ull << 56))
 #define KTL_TAG_REMOVE_QUIET (KTL_RING_INTERNAL | (4ull << 56))
+#define KTL_TAG_SEND_ZC (KTL_RING_INTERNAL | (5ull << 56))
+#define KTL_TAG_PROBE (KTL_RING_INTERNAL | (6ull << 56))
+
+/* The batch index of a KTL_TAG_SEND_ZC user_data (bits 32..55); a larger batch copies. */
+#define KTL_SEND_ZC_MAX_INDEX ((1 << 24) - 1)
+
+/* From Linux 6.2's io_uring.h (liburing 2.3's header predates them). */
+#ifndef IORING_SEND_ZC_REPORT_USAGE
+#define IORING_SEND_ZC_REPORT_USAGE (1U << 3)
+#endif
+#ifndef IORING_NOTIF_USAGE_ZC_COPIED
+#define IORING_NOTIF_USAGE_ZC_COPIED (1U << 31)
+#endif
 
 struct ktl_ring {
     struct io_uring ring;
@@ -35,6 +51,7 @@ struct ktl_ring {
     int32_t woken;        /* a wake-up was consumed outside ktl_ring_wait: the next wait must not block */
     pid_t owner;          /* the thread that started the ring (and registered its fd) */
     uint64_t wake_value;  /* the eventfd read's buffer: the kernel writes it */
+    uint32_t abilities;   /* KTL_RING_* ability bits, probed by ktl_ring_start */
 
     /* One msghdr per op of the current batch; the kernel reads them during submission. */
     struct msghdr *msgs;
@@ -54,8 +71,14 @@ struct ktl_ring {
 /* An SQE, submitting what is queued first when the submission queue is full; NULL if none. */
 struct io_uring_sqe *ktl_ring_sqe(ktl_ring *ring);
 
-/* Keeps a caller completion for the next ktl_ring_wait (0, or -ENOMEM). */
-int ktl_ring_keep(ktl_ring *ring, const struct io_uring_cqe *cqe);
+/* Keeps a completion for the caller's next ktl_ring_wait (0, or -ENOMEM). */
+int ktl_ring_keep(ktl_ring *ring, ktl_cqe report);
+
+/* True for a completion the caller hears of: its own polls' and accepts', and zero-copy notifications. */
+int ktl_ring_reports(const struct io_uring_cqe *cqe);
+
+/* How the caller hears of such a completion (a notification becomes KTL_RING_SEND_DONE | tag). */
+ktl_cqe ktl_ring_report(const struct io_uring_cqe *cqe);
 
 /* The wake-up read completed with res: re-arms it, or records why it cannot be. */
 void ktl_ring_on_wake(ktl_ring *ring, int32_t res);

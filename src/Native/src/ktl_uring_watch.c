@@ -13,7 +13,7 @@ KTL_EXPORT int32_t ktl_ring_poll(ktl_ring *ring, int32_t fd, uint32_t events, ui
 {
     struct io_uring_sqe *sqe;
 
-    if (ring == NULL || fd < 0 || (user_data & (KTL_RING_INTERNAL | KTL_RING_ACCEPT)) != 0)
+    if (ring == NULL || fd < 0 || (user_data & (KTL_RING_INTERNAL | KTL_RING_ACCEPT | KTL_RING_SEND_DONE)) != 0)
         return -EINVAL;
     sqe = ktl_ring_sqe(ring);
     if (sqe == NULL)
@@ -30,7 +30,7 @@ KTL_EXPORT int32_t ktl_ring_accept(ktl_ring *ring, int32_t fd, uint64_t user_dat
 {
     struct io_uring_sqe *sqe;
 
-    if (ring == NULL || fd < 0 || (user_data & (KTL_RING_INTERNAL | KTL_RING_ACCEPT)) != KTL_RING_ACCEPT)
+    if (ring == NULL || fd < 0 || (user_data & (KTL_RING_INTERNAL | KTL_RING_ACCEPT | KTL_RING_SEND_DONE)) != KTL_RING_ACCEPT)
         return -EINVAL;
     sqe = ktl_ring_sqe(ring);
     if (sqe == NULL)
@@ -72,12 +72,12 @@ static int32_t reap_removals(ktl_ring *ring, removal *removals, int32_t count)
                 r->done = 1; /* the request had already ended */
             continue;
         }
-        if ((data & KTL_RING_INTERNAL) == 0) {
+        if (ktl_ring_reports(cqe)) {
             int32_t i = 0;
             while (i < count && removals[i].target != data)
                 i++;
             if (i == count) {
-                (void)ktl_ring_keep(ring, cqe);
+                (void)ktl_ring_keep(ring, ktl_ring_report(cqe));
                 continue;
             }
             if (!(cqe->flags & IORING_CQE_F_MORE))

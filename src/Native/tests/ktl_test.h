@@ -46,6 +46,7 @@ ktl_ring *test_ring(void);
 /* Creates and starts a ring with a blocking eventfd for wake-ups (*wake_fd), or returns NULL
  * after printing why when io_uring is unavailable and KTL_TEST_ALLOW_NO_URING=1 (fails otherwise). */
 ktl_ring *test_ring_create(int32_t entries, int *wake_fd);
+extern uint32_t test_ring_abilities; /* ktl_ring_info.abilities of the last ring test_ring_create started */
 
 /* One batch through the mode's path: ktl_batch, or ktl_ring_batch for use_ring modes. */
 int32_t test_batch(ktl_engine *engine, const io_mode *mode, int32_t direction, ktl_op *ops, int32_t count);
@@ -66,5 +67,6 @@ void run_abi_tests(void);
 void run_io_tests(const io_mode *mode);
 void run_ring_tests(void);
 void run_ring_accept_tests(void);
+void run_ring_zerocopy_tests(void);
 
 #endif /* KTL_TEST_H */

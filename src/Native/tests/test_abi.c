@@ -18,23 +18,25 @@ _Static_assert(offsetof(ktl_op, iov_count) == 4, "iov_count offset");
 _Static_assert(offsetof(ktl_op, iov) == 8, "iov offset");
 _Static_assert(offsetof(ktl_op, result) == 16, "result offset");
 _Static_assert(offsetof(ktl_op, flags) == 24, "flags offset");
-_Static_assert(offsetof(ktl_op, reserved) == 28, "reserved offset");
+_Static_assert(offsetof(ktl_op, tag) == 28, "tag offset");
 
 static void test_version_and_layout(void)
 {
     CHECK_EQ(ktl_abi_version(), KTL_ABI_VERSION);
-    CHECK_EQ(KTL_ABI_VERSION, 4);
+    CHECK_EQ(KTL_ABI_VERSION, 5);
     CHECK_EQ(sizeof(ktl_cqe), 16);
     CHECK_EQ(offsetof(ktl_cqe, res), 8);
     CHECK_EQ(offsetof(ktl_cqe, flags), 12);
-    CHECK_EQ(sizeof(ktl_ring_info), 16);
+    CHECK_EQ(sizeof(ktl_ring_info), 24);
+    CHECK_EQ(offsetof(ktl_ring_info, abilities), 16);
+    CHECK_EQ(KTL_RING_SEND_DONE, 1ull << 61);
     CHECK_EQ(sizeof(ktl_op), 32);
     CHECK_EQ(offsetof(ktl_op, fd), 0);
     CHECK_EQ(offsetof(ktl_op, iov_count), 4);
     CHECK_EQ(offsetof(ktl_op, iov), 8);
     CHECK_EQ(offsetof(ktl_op, result), 16);
     CHECK_EQ(offsetof(ktl_op, flags), 24);
-    CHECK_EQ(offsetof(ktl_op, reserved), 28);
+    CHECK_EQ(offsetof(ktl_op, tag), 28);
     CHECK_EQ(KTL_SEND_ZEROCOPY, 1);
     CHECK_EQ(sizeof(struct iovec), 16);
     CHECK_EQ(KTL_OP_RECEIVE, 0);
@@ -130,10 +132,10 @@ static void test_invalid_ops(void)
             ops[1] = (ktl_op){ .fd = fds[0], .iov_count = 1, .iov = NULL, .result = 99 };
             ops[2] = (ktl_op){ .fd = fds[0], .iov_count = IOV_MAX + 1, .iov = &iov, .result = 99 };
             ops[3] = (ktl_op){ .fd = fds[0], .iov_count = -3, .iov = &iov, .result = 99 };
-            /* Unknown flags, a send flag on a receive, a nonzero reserved field. */
+            /* Unknown flags, a send flag on a receive, a tag on an op that is not a zero-copy send. */
             ops[4] = (ktl_op){ .fd = fds[0], .iov_count = 1, .iov = &iov, .result = 99, .flags = 0x40 };
             ops[5] = (ktl_op){ .fd = fds[0], .iov_count = 1, .iov = &iov, .result = 99, .flags = dir == KTL_OP_RECEIVE ? KTL_SEND_ZEROCOPY : 0x2 };
-            ops[6] = (ktl_op){ .fd = fds[0], .iov_count = 1, .iov = &iov, .result = 99, .flags = 0, .reserved = 1 };
+            ops[6] = (ktl_op){ .fd = fds[0], .iov_count = 1, .iov = &iov, .result = 99, .flags = 0, .tag = 1 };
             CHECK_EQ(ktl_batch(engine, dir, use_aio, ops, 7), 7);
             for (int i = 0; i < 7; i++)
                 CHECK_EQ(ops[i].result, -EINVAL);

@@ -19,7 +19,7 @@ static const io_mode modes[] = {
 int main(int argc, char **argv)
 {
     if (argc != 2) {
-        fprintf(stderr, "usage: %s abi|sync|aio|aio_small|uring|ring|ring_accept\n", argv[0]);
+        fprintf(stderr, "usage: %s abi|sync|aio|aio_small|uring|ring|ring_accept|ring_zerocopy\n", argv[0]);
         return 2;
     }
     if (strcmp(argv[1], "abi") == 0) {
@@ -33,6 +33,10 @@ int main(int argc, char **argv)
     }
     if (strcmp(argv[1], "ring_accept") == 0) {
         run_ring_accept_tests();
+        return 0;
+    }
+    if (strcmp(argv[1], "ring_zerocopy") == 0) {
+        run_ring_zerocopy_tests();
         return 0;
     }
     for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++) {

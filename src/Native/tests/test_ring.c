@@ -53,7 +53,7 @@ static void test_nonblocking_wake_fd_refused(void)
     ktl_ring *ring = ktl_ring_create(8, NULL, &err);
     int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     CHECK(ring != NULL && fd >= 0);
-    CHECK_EQ(ktl_ring_start(ring, fd), -EINVAL);
+    CHECK_EQ(ktl_ring_start(ring, fd, NULL), -EINVAL);
     ktl_ring_destroy(ring);
     close(fd);
 }

@@ -148,6 +148,8 @@ int check_pattern(const uint8_t *buf, size_t len, unsigned seed, size_t start)
     return 1;
 }
 
+uint32_t test_ring_abilities;
+
 ktl_ring *test_ring_create(int32_t entries, int *wake_fd)
 {
     ktl_ring_info info;
@@ -172,7 +174,8 @@ ktl_ring *test_ring_create(int32_t entries, int *wake_fd)
 
     *wake_fd = eventfd(0, EFD_CLOEXEC); /* blocking: the ring's read of it waits */
     CHECK(*wake_fd >= 0);
-    CHECK_EQ(ktl_ring_start(ring, *wake_fd), 0);
+    CHECK_EQ(ktl_ring_start(ring, *wake_fd, &info), 0);
+    test_ring_abilities = info.abilities;
     return ring;
 }
 

@@ -2,6 +2,7 @@ using System.Buffers;
 using System.IO.Pipelines;
 using System.Net;
 using Kestrel.Transport.Linux.Diagnostics;
+using Kestrel.Transport.Linux.Engines;
 using Kestrel.Transport.Linux.Interop;
 using Kestrel.Transport.Linux.Loop;
 using Microsoft.AspNetCore.Connections;
@@ -153,6 +154,15 @@ internal sealed class LinuxConnection : ConnectionContext,
 
     /// <summary>Starts reading the app's output; the loop has registered the socket.</summary>
     public void Start() => Send.Start();
+
+    /// <summary>The engine's zero-copy op <paramref name="done"/>.Send is done (<see cref="IoEngine.ZeroCopyDone"/>): its blocks go back.</summary>
+    public void OnZeroCopyDone((uint Send, bool Copied) done)
+    {
+        if (Send.ReleaseZeroCopy(done.Send, done.Copied))
+        {
+            Lifetime.OnZeroCopyReaped();
+        }
+    }
 
     /// <summary>What epoll reported for the socket.</summary>
     public void OnEvents(uint events)

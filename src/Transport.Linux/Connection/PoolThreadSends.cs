@@ -66,7 +66,7 @@ internal sealed class PoolThreadSends(LinuxConnection connection, SendSide side,
         while (!result.Buffer.IsEmpty)
         {
             var buffer = result.Buffer;
-            side.AddBuffers(batch, buffer);
+            side.AddBuffers(batch, buffer, onLoop: false);
             batch.Execute(BatchExecutor.CallingThread, IoDirection.Send);
             var sent = batch.ResultAt(0);
             long requested = batch.RequestedAt(0);

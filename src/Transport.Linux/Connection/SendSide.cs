@@ -192,13 +192,17 @@ internal sealed class SendSide : IBatchOwner
             return;
         }
 
-        AddBuffers(batch, _readResult.Buffer);
+        AddBuffers(batch, _readResult.Buffer, onLoop: true);
     }
 
-    /// <summary>Adds one op for <paramref name="buffer"/>'s first <see cref="MaxBuffersPerSend"/> segments, zero-copy where it may.</summary>
-    public void AddBuffers(IoBatch batch, in ReadOnlySequence<byte> buffer)
+    /// <summary>
+    /// Adds one op for <paramref name="buffer"/>'s first <see cref="MaxBuffersPerSend"/> segments, zero-copy where it
+    /// may; <paramref name="onLoop"/>: for the loop's batch, which the engine performs (else a pool thread's own).
+    /// </summary>
+    public void AddBuffers(IoBatch batch, in ReadOnlySequence<byte> buffer, bool onLoop)
     {
-        batch.BeginOp(this, _connection.Socket.Value, ZeroCopyFlags(buffer));
+        int flags = ZeroCopyFlags(buffer, onLoop, out uint tag);
+        batch.BeginOp(this, _connection.Socket.Value, flags, tag);
         int buffers = 0;
         foreach (var segment in buffer)
         {
@@ -340,9 +344,13 @@ internal sealed class SendSide : IBatchOwner
         _connection.Lifetime.MaybeClose();
     }
 
-    /// <summary>The op flags for a send of <paramref name="buffer"/>: MSG_ZEROCOPY when it is large enough and its blocks can be held.</summary>
-    private int ZeroCopyFlags(in ReadOnlySequence<byte> buffer)
+    /// <summary>
+    /// The op flags for a send of <paramref name="buffer"/>: zero-copy when it is large enough and its blocks can be
+    /// held; with the number the engine's own zero-copy op carries where it has one (<see cref="IoEngine.SendsZeroCopyAsOps"/>).
+    /// </summary>
+    private int ZeroCopyFlags(in ReadOnlySequence<byte> buffer, bool onLoop, out uint tag)
     {
+        tag = 0;
         if (ZeroCopy is not { } zeroCopy || buffer.Length < _connection.Loop.Options.ZeroCopySendThreshold
             || (zeroCopy.KernelCopies && !_connection.Loop.Options.Tuning.ZeroCopyWhenKernelCopies))
         {
@@ -355,7 +363,15 @@ internal sealed class SendSide : IBatchOwner
             return 0;
         }
 
-        return zeroCopy.Stage(buffer, MaxBuffersPerSend) ? NativeEngine.SendZeroCopy : 0;
+        var engine = _connection.Loop.Engine;
+        uint send = onLoop && engine.SendsZeroCopyAsOps && _connection.Loop.Options.Tuning.ZeroCopyRingOps ? engine.NextZeroCopySend() : 0;
+        if (!zeroCopy.Stage(buffer, MaxBuffersPerSend, send))
+        {
+            return 0;
+        }
+
+        tag = send;
+        return NativeEngine.SendZeroCopy;
     }
 
     /// <summary>
@@ -365,7 +381,7 @@ internal sealed class SendSide : IBatchOwner
     /// </summary>
     public bool AfterZeroCopySend(SysResult result)
     {
-        if (ZeroCopy is null || !ZeroCopy.Commit(result))
+        if (ZeroCopy is null || !ZeroCopy.Commit(result, out uint ringSend))
         {
             return false;
         }
@@ -373,6 +389,10 @@ internal sealed class SendSide : IBatchOwner
         if (!result.IsError && result.Value > 0)
         {
             _connection.Loop.Metrics.ZeroCopySends.Add(1);
+            if (ringSend != 0)
+            {
+                _connection.Loop.Engine.AwaitZeroCopy(ringSend, _connection);
+            }
         }
 
         ZeroCopy.SkipNext = result.Is(Errno.ENOBUFS);
@@ -382,6 +402,21 @@ internal sealed class SendSide : IBatchOwner
         }
 
         return ZeroCopy.SkipNext;
+    }
+
+    /// <summary>On the loop: the engine's zero-copy op <paramref name="send"/> is done. True when it still held blocks.</summary>
+    public bool ReleaseZeroCopy(uint send, bool copied)
+    {
+        lock (Lock)
+        {
+            if (!ZeroCopy!.CompleteOp(send, copied))
+            {
+                return false;
+            }
+        }
+
+        _connection.Loop.Metrics.ZeroCopyCompletions.Add(1, copied ? TransportMetrics.Copied : TransportMetrics.NotCopied);
+        return true;
     }
 
     /// <summary>

@@ -5,16 +5,20 @@ using Kestrel.Transport.Linux.Interop;
 namespace Kestrel.Transport.Linux.Connection;
 
 /// <summary>
-/// One connection's zero-copy sends in flight. The kernel numbers a socket's MSG_ZEROCOPY sends from 0,
-/// one id per call that queued data, and reports them done in ranges of ids; each send holds the blocks
-/// its iovecs pointed into until then. Used under the connection's send lock, or on its loop.
+/// One connection's zero-copy sends in flight; each holds the blocks its iovecs pointed into until the kernel
+/// says it is done with them. Two kinds, in one queue so that blocks go back in send order:
+/// <c>sendmsg(MSG_ZEROCOPY)</c>, which the kernel numbers per socket from 0, one id per call that queued data,
+/// and reports done in ranges of ids on the error queue; and an engine's own zero-copy ops (io_uring's
+/// SENDMSG_ZC), numbered by the engine, each reported done by itself. Used under the connection's send lock,
+/// or on its loop.
 /// </summary>
 internal sealed class ZeroCopySends(uint firstId = 0)
 {
     private readonly List<ZeroCopyBlock> _staged = [];
     private readonly Queue<ZeroCopyBlock> _held = new();
-    private readonly List<(uint Id, int Blocks, bool Done)> _sends = [];
+    private readonly List<(uint Id, int Blocks, bool Done, bool Op)> _sends = [];
     private uint _nextId = firstId;
+    private uint _stagedOp;
 
     /// <summary>Set once the kernel reported that it copied a send (loopback, or a device without scatter-gather).</summary>
     public bool KernelCopies { get; private set; }
@@ -27,11 +31,13 @@ internal sealed class ZeroCopySends(uint firstId = 0)
     /// <summary>
     /// Collects the blocks behind the first <paramref name="maxSegments"/> non-empty segments of
     /// <paramref name="buffer"/>; false (and nothing staged) when any of them is memory this pool did not
-    /// lend, which a zero-copy send must not point at.
+    /// lend, which a zero-copy send must not point at. <paramref name="op"/>: the engine's number for the send
+    /// when it is the engine's own op, else 0 (<c>sendmsg(MSG_ZEROCOPY)</c>).
     /// </summary>
-    public bool Stage(in ReadOnlySequence<byte> buffer, int maxSegments)
+    public bool Stage(in ReadOnlySequence<byte> buffer, int maxSegments, uint op = 0)
     {
         _staged.Clear();
+        _stagedOp = op;
         foreach (var segment in buffer)
         {
             if (segment.IsEmpty)
@@ -58,9 +64,12 @@ internal sealed class ZeroCopySends(uint firstId = 0)
     /// <summary>
     /// After a send: false when it was not a staged zero-copy send. Otherwise true; a call that sent
     /// bytes took the next id, and its blocks stay held until <see cref="Complete"/>; a failed call took none.
+    /// An engine's op that sent bytes is held until <see cref="CompleteOp"/>, and <paramref name="op"/> is its
+    /// number (0 otherwise).
     /// </summary>
-    public bool Commit(SysResult sent)
+    public bool Commit(SysResult sent, out uint op)
     {
+        op = 0;
         if (_staged.Count == 0)
         {
             return false;
@@ -74,7 +83,15 @@ internal sealed class ZeroCopySends(uint firstId = 0)
                 _held.Enqueue(block);
             }
 
-            _sends.Add((_nextId++, _staged.Count, false));
+            if (_stagedOp != 0)
+            {
+                op = _stagedOp;
+                _sends.Add((op, _staged.Count, false, true));
+            }
+            else
+            {
+                _sends.Add((_nextId++, _staged.Count, false, false));
+            }
         }
 
         _staged.Clear();
@@ -94,13 +111,35 @@ internal sealed class ZeroCopySends(uint firstId = 0)
         for (int i = 0; i < _sends.Count; i++)
         {
             var send = _sends[i];
-            if (!send.Done && send.Id - first <= span)
+            if (!send.Done && !send.Op && send.Id - first <= span)
             {
-                _sends[i] = (send.Id, send.Blocks, true);
+                _sends[i] = send with { Done = true };
                 completed++;
             }
         }
 
+        ReleaseDone();
+        return completed;
+    }
+
+    /// <summary>The engine's zero-copy op <paramref name="op"/> is done. False when this holds no such send (a reset let it go).</summary>
+    public bool CompleteOp(uint op, bool copied)
+    {
+        int i = _sends.FindIndex(send => send.Op && !send.Done && send.Id == op);
+        if (i < 0)
+        {
+            return false;
+        }
+
+        KernelCopies |= copied;
+        _sends[i] = _sends[i] with { Done = true };
+        ReleaseDone();
+        return true;
+    }
+
+    /// <summary>Gives back the blocks of the sends done at the head of the queue (in send order).</summary>
+    private void ReleaseDone()
+    {
         int finished = 0;
         while (finished < _sends.Count && _sends[finished].Done)
         {
@@ -113,7 +152,6 @@ internal sealed class ZeroCopySends(uint firstId = 0)
         }
 
         _sends.RemoveRange(0, finished);
-        return completed;
     }
 
     /// <summary>After a reset and close: the kernel dropped the queued data along with the socket.</summary>

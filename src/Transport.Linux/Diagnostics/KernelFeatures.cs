@@ -18,7 +18,8 @@ internal sealed record KernelFeatures(
     bool EpollBusyPollParameters,
     string? IoUringUnavailable,
     uint IoUringSetup,
-    uint IoUringFeatures)
+    uint IoUringFeatures,
+    bool IoUringSendsZeroCopy)
 {
     // IORING_FEAT_* bits the io_uring engine relies on, where present, with the names the log gives them.
     private static readonly (uint Bit, string Name)[] s_ringFeatures =
@@ -39,6 +40,7 @@ internal sealed record KernelFeatures(
     /// <summary>The io_uring engine's setup flags and the kernel features it uses, as the start-up log names them.</summary>
     public string IoUringDescription => IoUring
         ? $"{UringEngine.SetupName(IoUringSetup)}; {string.Join(", ", s_ringFeatures.Where(f => (IoUringFeatures & f.Bit) != 0).Select(f => f.Name))}"
+            + (IoUringSendsZeroCopy ? "; SENDMSG_ZC" : "")
         : IoUringUnavailable!;
 
     public override string ToString() =>
@@ -79,8 +81,10 @@ internal sealed record KernelFeatures(
             using var executor = BatchExecutor.Create(preferNative: true, aioCapacity: 1, out aioError);
         }
 
-        // A ring and its eventfd, created and closed again: the same call a loop makes, so the same answer.
+        // A ring and its eventfd, created, started on this thread and closed again: the same calls a loop makes, so
+        // the same answer.
         uint ringSetup = 0, ringFeatures = 0;
+        bool ringSendsZeroCopy = false;
         string? ringUnavailable;
         using (var ring = UringEngine.TryCreate(out _, out ringUnavailable))
         {
@@ -88,10 +92,20 @@ internal sealed record KernelFeatures(
             {
                 ringSetup = ring.Info.Setup;
                 ringFeatures = ring.Info.Features;
+                try
+                {
+                    ring.Start();
+                    ringSendsZeroCopy = ring.SendsZeroCopyAsOps;
+                }
+                catch (Exception e) when (e is System.Net.Sockets.SocketException or IOException)
+                {
+                    // A ring that will not start leaves SENDMSG_ZC unknown; the loop's own start reports the error.
+                }
             }
         }
 
         return new KernelFeatures(
-            Interop.NativeEngine.LoadError, reusePort, exclusive, aioError, zeroCopy, busyPoll, epollParams, ringUnavailable, ringSetup, ringFeatures);
+            Interop.NativeEngine.LoadError, reusePort, exclusive, aioError, zeroCopy, busyPoll, epollParams, ringUnavailable, ringSetup, ringFeatures,
+            ringSendsZeroCopy);
     }
 }

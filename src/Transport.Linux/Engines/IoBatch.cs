@@ -27,9 +27,10 @@ internal sealed unsafe class IoBatch
 
     /// <summary>
     /// Starts an op on <paramref name="fd"/> for <paramref name="owner"/>; follow with <see cref="AddBuffer"/> calls.
-    /// <paramref name="flags"/>: <see cref="NativeEngine.SendZeroCopy"/> or 0.
+    /// <paramref name="flags"/>: <see cref="NativeEngine.SendZeroCopy"/> or 0; <paramref name="tag"/>: a ring zero-copy
+    /// send's number (<see cref="IoEngine.NextZeroCopySend"/>), else 0.
     /// </summary>
-    public void BeginOp(IBatchOwner owner, int fd, int flags = 0)
+    public void BeginOp(IBatchOwner owner, int fd, int flags = 0, uint tag = 0)
     {
         if (Count == _ops.Length)
         {
@@ -41,7 +42,7 @@ internal sealed unsafe class IoBatch
             Array.Resize(ref _owners, size);
         }
 
-        _ops[Count] = new IoOp { Fd = fd, Flags = flags };
+        _ops[Count] = new IoOp { Fd = fd, Flags = flags, Tag = tag };
         _iovStart[Count] = _iovCount;
         _owners[Count] = owner;
         Count++;

@@ -109,6 +109,29 @@ internal abstract class IoEngine : IDisposable
     /// <summary>The epoll(7) bits of the <paramref name="index"/>-th event of the last <see cref="Wait"/>.</summary>
     public abstract uint EventsAt(int index);
 
+    /// <summary>
+    /// What <see cref="EventsAt"/> reports for a zero-copy send's notification where <see cref="SendsZeroCopyAsOps"/>:
+    /// the kernel is done with the send's memory (<see cref="ZeroCopyDoneAt"/> says which send). Not an epoll bit.
+    /// </summary>
+    public const uint ZeroCopyDone = 1u << 24;
+
+    /// <summary>
+    /// True when a zero-copy send in this loop's batches is an operation of the kernel's own (io_uring's
+    /// SENDMSG_ZC) that carries a number (<see cref="NextZeroCopySend"/>), and its notification comes as a
+    /// <see cref="ZeroCopyDone"/> event; false when it is <c>sendmsg(MSG_ZEROCOPY)</c>, notified on the socket's
+    /// error queue (as a pool thread's own sends always are).
+    /// </summary>
+    public virtual bool SendsZeroCopyAsOps => false;
+
+    /// <summary>Where <see cref="SendsZeroCopyAsOps"/>: a number for a zero-copy op of the next send batch (never 0).</summary>
+    public virtual uint NextZeroCopySend() => throw new NotSupportedException("This engine's zero-copy sends carry no number.");
+
+    /// <summary>The zero-copy op <paramref name="send"/> sent bytes: its <see cref="ZeroCopyDone"/> event goes to <paramref name="owner"/>.</summary>
+    public virtual void AwaitZeroCopy(uint send, object owner) => throw new NotSupportedException("This engine's zero-copy sends carry no number.");
+
+    /// <summary>For a <see cref="ZeroCopyDone"/> event: which send, and whether the kernel copied its bytes after all.</summary>
+    public virtual (uint Send, bool Copied) ZeroCopyDoneAt(int index) => throw new NotSupportedException("This engine reports no zero-copy events.");
+
     /// <summary>Any thread: makes the current or next <see cref="Wait"/> return.</summary>
     public abstract void Signal();
 

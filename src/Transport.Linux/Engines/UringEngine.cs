@@ -9,7 +9,8 @@ namespace Kestrel.Transport.Linux.Engines;
 /// connection has a multishot poll in the ring whose completions are its events (edges, as EPOLLET reports them);
 /// each listener has a multishot accept, whose completions are accepted sockets (<see cref="AcceptedAt"/>); the
 /// wake-up is a pending read of a blocking eventfd; a pass's receive or send batch is one <c>io_uring_enter</c>
-/// that returns with every op's result, so pipe memory is never left with the kernel.
+/// that returns with every op's result, so pipe memory is never left with the kernel, except by a zero-copy send
+/// (SENDMSG_ZC), whose blocks stay held until its notification (<see cref="IoEngine.ZeroCopyDone"/>).
 /// </summary>
 /// <remarks>
 /// A request's completions carry its fd, a generation number and whether it is an accept. Every registration
@@ -26,7 +27,7 @@ internal sealed unsafe class UringEngine : IoEngine
     public const int EventCapacity = EpollEngine.EventCapacity;
 
     private const int Ecanceled = 125;
-    private const uint GenerationMask = (1u << 30) - 1; // bits 62 and 63 of the user data are not the generation's
+    private const uint GenerationMask = (1u << 29) - 1; // bits 61 to 63 of the user data are not the generation's
     private const int Eopnotsupp = 95;
 
     private readonly OwnedFd _wake;
@@ -34,6 +35,7 @@ internal sealed unsafe class UringEngine : IoEngine
     private readonly object?[] _eventOwners = new object?[EventCapacity];
     private readonly uint[] _eventBits = new uint[EventCapacity];
     private readonly int[] _accepted = new int[EventCapacity];
+    private readonly (uint Send, bool Copied)[] _zeroCopyDone = new (uint, bool)[EventCapacity];
     private readonly RingExecutor _executor;
     private nint _ring;
 
@@ -48,6 +50,10 @@ internal sealed unsafe class UringEngine : IoEngine
     // Connections closed this pass: their polls' user data and their fds, held open until the polls have ended.
     private readonly List<ulong> _closingRequests = [];
     private readonly List<OwnedFd> _closingSockets = [];
+
+    // Zero-copy sends that sent bytes, by number, and who hears of their notifications.
+    private readonly Dictionary<uint, object> _zeroCopyOwners = [];
+    private uint _lastZeroCopySend;
     private bool _disposed;
 
     private UringEngine(nint ring, RingInfo info, OwnedFd wake)
@@ -55,12 +61,12 @@ internal sealed unsafe class UringEngine : IoEngine
         _ring = ring;
         _wake = wake;
         Info = info;
-        _executor = new RingExecutor(this);
+        _executor = new RingExecutor(ring);
         _events = (RingCompletion*)NativeMemory.Alloc((nuint)(EventCapacity * sizeof(RingCompletion)));
     }
 
-    /// <summary>The ring's setup flags and the kernel's io_uring features.</summary>
-    public RingInfo Info { get; }
+    /// <summary>The ring's setup flags and the kernel's io_uring features; its abilities once <see cref="Start"/> has run.</summary>
+    public RingInfo Info { get; private set; }
 
     public override IoBackend Backend => IoBackend.IoUring;
 
@@ -71,6 +77,8 @@ internal sealed unsafe class UringEngine : IoEngine
     public override bool UsesAio => false;
 
     public override bool AcceptsInKernel => true;
+
+    public override bool SendsZeroCopyAsOps => (Info.Abilities & NativeEngine.RingSendsZeroCopy) != 0;
 
     /// <summary>
     /// Creates a ring (disabled until <see cref="Start"/> runs on the loop thread), or returns null with the positive
@@ -125,11 +133,14 @@ internal sealed unsafe class UringEngine : IoEngine
 
     public override void Start()
     {
-        int result = NativeEngine.ktl_ring_start(_ring, _wake.Value);
+        RingInfo info = Info;
+        int result = NativeEngine.ktl_ring_start(_ring, _wake.Value, &info);
         if (result < 0)
         {
             throw Errno.ToException(-result, "io_uring: enabling the loop's ring");
         }
+
+        Info = info;
     }
 
     public override SysResult Register(int fd, object owner, uint events) => Watch(fd, owner, events, accept: false);
@@ -138,6 +149,12 @@ internal sealed unsafe class UringEngine : IoEngine
     public override SysResult RegisterListener(int fd, object owner, uint events) => Watch(fd, owner, events, accept: true);
 
     public override int AcceptedAt(int index) => _accepted[index];
+
+    public override uint NextZeroCopySend() => _lastZeroCopySend = _lastZeroCopySend == uint.MaxValue ? 1 : _lastZeroCopySend + 1;
+
+    public override void AwaitZeroCopy(uint send, object owner) => _zeroCopyOwners[send] = owner;
+
+    public override (uint Send, bool Copied) ZeroCopyDoneAt(int index) => _zeroCopyDone[index];
 
     public override SysResult Pause(int fd)
     {
@@ -307,6 +324,20 @@ internal sealed unsafe class UringEngine : IoEngine
         bool accept = (completion.UserData & NativeEngine.RingAccept) != 0;
         _eventOwners[index] = null;
         _eventBits[index] = 0;
+        if ((completion.UserData & NativeEngine.RingSendDone) != 0)
+        {
+            // A send that failed (it held nothing) or whose connection was reset (its blocks were let go) has no owner.
+            uint send = (uint)completion.UserData;
+            if (_zeroCopyOwners.Remove(send, out var owner))
+            {
+                _eventOwners[index] = owner;
+                _eventBits[index] = ZeroCopyDone;
+                _zeroCopyDone[index] = (send, completion.Result != 0);
+            }
+
+            return;
+        }
+
         if (fd >= _generations.Length || _generations[fd] != generation)
         {
             // A request that was removed, or that belonged to an earlier use of this fd number; a socket it
@@ -380,31 +411,6 @@ internal sealed unsafe class UringEngine : IoEngine
             Array.Resize(ref _accepts, size);
             Array.Resize(ref _generations, size);
             Array.Resize(ref _pollEvents, size);
-        }
-    }
-
-    /// <summary>A batch as one <c>ktl_ring_batch</c>: every op has its result when the call returns. Loop thread only.</summary>
-    private sealed class RingExecutor(UringEngine engine) : BatchExecutor
-    {
-        public override bool IsNative => true;
-
-        public override bool UsesAio => false;
-
-        public override void Execute(IoDirection direction, IoOp* ops, int count)
-        {
-            int result = NativeEngine.ktl_ring_batch(engine._ring, (int)direction, ops, count);
-            if (result < 0)
-            {
-                // The batch as a whole failed (the ring is unusable): every op reports it, none reads as end of stream.
-                for (int i = 0; i < count; i++)
-                {
-                    ops[i].Result = result;
-                }
-            }
-        }
-
-        public override void Dispose()
-        {
         }
     }
 }

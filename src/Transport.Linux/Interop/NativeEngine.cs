@@ -15,7 +15,8 @@ internal unsafe struct IoOp
     public long Result;
     /// <summary><see cref="NativeEngine.SendZeroCopy"/> or 0.</summary>
     public int Flags;
-    private readonly int _reserved; // must be 0
+    /// <summary>A zero-copy send's number for its ring notification (<see cref="NativeEngine.RingSendDone"/>); else 0.</summary>
+    public uint Tag;
 }
 
 /// <summary>What a ring is and what the kernel offers: mirrors <c>ktl_ring_info</c>.</summary>
@@ -28,6 +29,9 @@ internal struct RingInfo
     public uint Features;
     public uint SubmissionEntries;
     public uint CompletionEntries;
+    /// <summary>KTL_RING_* ability bits (<see cref="NativeEngine.RingSendsZeroCopy"/>), known once the ring has started.</summary>
+    public uint Abilities;
+    private readonly uint _reserved;
 }
 
 /// <summary>One poll completion: mirrors <c>ktl_cqe</c> (16 bytes).</summary>
@@ -44,7 +48,7 @@ internal struct RingCompletion
 internal static unsafe partial class NativeEngine
 {
     public const string LibraryName = "ktl_native";
-    public const int AbiVersion = 4;
+    public const int AbiVersion = 5;
     public const int Receive = 0;
     public const int Send = 1;
 
@@ -87,13 +91,22 @@ internal static unsafe partial class NativeEngine
     public static partial nint ktl_ring_create(int entries, RingInfo* info, int* error);
 
     [LibraryImport(LibraryName, EntryPoint = "ktl_ring_start")]
-    public static partial int ktl_ring_start(nint ring, int wakeFd);
+    public static partial int ktl_ring_start(nint ring, int wakeFd, RingInfo* info);
 
     [LibraryImport(LibraryName, EntryPoint = "ktl_ring_poll")]
     public static partial int ktl_ring_poll(nint ring, int fd, uint events, ulong userData);
 
     /// <summary>KTL_RING_ACCEPT: the user data of an accept (<see cref="ktl_ring_accept"/>) has this bit.</summary>
     public const ulong RingAccept = 1ul << 62;
+
+    /// <summary>
+    /// KTL_RING_SEND_DONE: a completion with this bit is a zero-copy send's notification; the low 32 bits are the
+    /// op's <see cref="IoOp.Tag"/>, and the result is 1 when the kernel copied after all.
+    /// </summary>
+    public const ulong RingSendDone = 1ul << 61;
+
+    /// <summary>KTL_RING_SENDS_ZEROCOPY: a ring batch's zero-copy sends are IORING_OP_SENDMSG_ZC (Linux 6.2).</summary>
+    public const uint RingSendsZeroCopy = 1;
 
     [LibraryImport(LibraryName, EntryPoint = "ktl_ring_accept")]
     public static partial int ktl_ring_accept(nint ring, int fd, ulong userData);

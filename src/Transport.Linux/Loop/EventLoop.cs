@@ -374,6 +374,9 @@ internal sealed class EventLoop : PipeScheduler
     {
         switch (Engine.OwnerAt(index))
         {
+            case LinuxConnection connection when Engine.EventsAt(index) == IoEngine.ZeroCopyDone:
+                connection.OnZeroCopyDone(Engine.ZeroCopyDoneAt(index));
+                break;
             case LinuxConnection connection:
                 connection.OnEvents(Engine.EventsAt(index));
                 break;

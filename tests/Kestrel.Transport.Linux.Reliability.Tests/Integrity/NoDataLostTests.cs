@@ -20,6 +20,7 @@ public sealed class NoDataLostTests(ITestOutputHelper output)
         {
             TransportKind.Sockets, TransportKind.LinuxNative, TransportKind.LinuxInline, TransportKind.LinuxManaged,
             TransportKind.LinuxAio, TransportKind.LinuxImmediateSend, TransportKind.LinuxZeroCopy, TransportKind.LinuxIoUring,
+            TransportKind.LinuxIoUringZeroCopy,
         };
 
     /// <summary>

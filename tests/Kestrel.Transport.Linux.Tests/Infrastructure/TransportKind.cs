@@ -54,6 +54,13 @@ public enum TransportKind
 
     /// <summary>The io_uring engine with ApplicationSchedulingMode.Inline, the combination IoBackend.Auto picks (host tests only).</summary>
     LinuxIoUringInline,
+
+    /// <summary>
+    /// The io_uring engine with zero-copy sends as in <see cref="LinuxZeroCopy"/>, the loop making every send (the
+    /// SendFromThreadPool tuning off), so that they are the ring's own zero-copy ops (SENDMSG_ZC), notified as
+    /// completions of the ring.
+    /// </summary>
+    LinuxIoUringZeroCopy,
 }
 
 /// <summary>The theory data that selects transports, and the options each kind stands for.</summary>
@@ -67,7 +74,7 @@ public static class Transports
         new()
         {
             TransportKind.Sockets, TransportKind.LinuxNative, TransportKind.LinuxManaged, TransportKind.LinuxAio, TransportKind.LinuxZeroCopy,
-            TransportKind.LinuxIoUring,
+            TransportKind.LinuxIoUring, TransportKind.LinuxIoUringZeroCopy,
         };
 
     /// <summary>Host-level tests: every kind, Inline included.</summary>
@@ -76,7 +83,7 @@ public static class Transports
         {
             TransportKind.Sockets, TransportKind.LinuxNative, TransportKind.LinuxManaged, TransportKind.LinuxInline,
             TransportKind.LinuxInlineSpin, TransportKind.LinuxAio, TransportKind.LinuxImmediateSend, TransportKind.LinuxZeroCopy,
-            TransportKind.LinuxIoUring, TransportKind.LinuxIoUringInline,
+            TransportKind.LinuxIoUring, TransportKind.LinuxIoUringInline, TransportKind.LinuxIoUringZeroCopy,
         };
 
     /// <summary>For behaviour only the Linux transport has (its own options).</summary>
@@ -101,20 +108,24 @@ public static class Transports
         };
         options.Tuning.DeferSend = kind != TransportKind.LinuxImmediateSend;
 
-        // These two test the loop's own send paths, which sends from the pool threads would bypass.
-        options.Tuning.SendFromThreadPool = kind is not (TransportKind.LinuxAio or TransportKind.LinuxImmediateSend);
+        // These test the loop's own send paths, which sends from the pool threads would bypass.
+        options.Tuning.SendFromThreadPool = kind is not (TransportKind.LinuxAio or TransportKind.LinuxImmediateSend or TransportKind.LinuxIoUringZeroCopy);
 
         // Pool sends in both orders: the managed kind sends ahead of the batch, the others coalesce.
         options.Tuning.CoalesceThreadPoolSends = kind != TransportKind.LinuxManaged;
 
-        options.ZeroCopySendThreshold = kind == TransportKind.LinuxZeroCopy ? 1024 : 0;
-        options.Tuning.ZeroCopyWhenKernelCopies = kind == TransportKind.LinuxZeroCopy;
+        options.ZeroCopySendThreshold = kind.SendsZeroCopy() ? 1024 : 0;
+        options.Tuning.ZeroCopyWhenKernelCopies = kind.SendsZeroCopy();
         options.SpinBeforeSleepMicroseconds = kind == TransportKind.LinuxInlineSpin ? 200 : 0;
     }
 
-    /// <summary>True for the kinds that run the app on the loop thread.</summary>
-    public static bool UsesIoUring(this TransportKind kind) => kind is TransportKind.LinuxIoUring or TransportKind.LinuxIoUringInline;
+    /// <summary>True for the kinds on the io_uring engine.</summary>
+    public static bool UsesIoUring(this TransportKind kind) => kind is TransportKind.LinuxIoUring or TransportKind.LinuxIoUringInline or TransportKind.LinuxIoUringZeroCopy;
 
+    /// <summary>True for the kinds with zero-copy sends on (from 1 KiB, kept on over loopback).</summary>
+    public static bool SendsZeroCopy(this TransportKind kind) => kind is TransportKind.LinuxZeroCopy or TransportKind.LinuxIoUringZeroCopy;
+
+    /// <summary>True for the kinds that run the app on the loop thread.</summary>
     public static bool IsInline(this TransportKind kind) => kind is TransportKind.LinuxInline or TransportKind.LinuxInlineSpin or TransportKind.LinuxIoUringInline;
 
     /// <summary>
@@ -151,6 +162,9 @@ public static class Transports
             Assert.Equal(
                 kind.UsesIoUring() ? IoBackend.IoUring : kind == TransportKind.LinuxAio ? IoBackend.EpollAio : IoBackend.Epoll,
                 loop.Engine.Backend);
+
+            // Without SENDMSG_ZC (Linux 6.2) the kind would only repeat LinuxZeroCopy's sendmsg(MSG_ZEROCOPY).
+            Assert.Equal(kind == TransportKind.LinuxIoUringZeroCopy, kind.SendsZeroCopy() && loop.Engine.SendsZeroCopyAsOps);
         }
     }
 }

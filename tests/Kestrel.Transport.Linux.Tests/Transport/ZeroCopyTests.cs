@@ -14,10 +14,12 @@ using Microsoft.Extensions.Options;
 namespace Kestrel.Transport.Linux.Tests.Transport;
 
 /// <summary>
-/// MSG_ZEROCOPY sends (ZeroCopySendThreshold): the kernel reads the app's bytes from pool blocks after
-/// sendmsg has returned, so a block may go back to the pool only once the kernel's completion for every
-/// send over it has been read from the socket's error queue. The connection-level and host-level suites
-/// also run whole with zero-copy on (TransportKind.LinuxZeroCopy); these tests look at what only it has.
+/// Zero-copy sends (ZeroCopySendThreshold): the kernel reads the app's bytes from pool blocks after the send
+/// has returned, so a block may go back to the pool only once the kernel has said it is done with every send
+/// over it. On epoll that is sendmsg(MSG_ZEROCOPY) and completions read from the socket's error queue; on
+/// io_uring the loop's sends are the ring's SENDMSG_ZC ops and their notifications ring completions
+/// (<see cref="Engine"/> runs a test on each). The connection-level and host-level suites also run whole with
+/// zero-copy on (TransportKind.LinuxZeroCopy, LinuxIoUringZeroCopy); these tests look at what only it has.
 /// </summary>
 public sealed class ZeroCopyTests(ITestOutputHelper output)
 {
@@ -26,14 +28,27 @@ public sealed class ZeroCopyTests(ITestOutputHelper output)
     private const string Refused = "kestrel.transport.linux.zerocopy.refused";
     private const int Threshold = 16 * 1024;
 
+    /// <summary>
+    /// The engines whose zero-copy sends differ: epoll (sendmsg(MSG_ZEROCOPY) wherever the send is made) and
+    /// io_uring with the loop making every send, so that each one is a SENDMSG_ZC op of the ring.
+    /// </summary>
+    public enum Engine
+    {
+        Epoll,
+        IoUringOps,
+    }
+
+    public static TheoryData<Engine> Engines => new() { Engine.Epoll, Engine.IoUringOps };
+
     [Theory]
-    [InlineData(true)]
-    [InlineData(false)]
-    public async Task Large_writes_go_out_zero_copy_arrive_intact_and_every_block_comes_back(bool sendFromThreadPool)
+    [InlineData(true, Engine.Epoll)]
+    [InlineData(false, Engine.Epoll)]
+    [InlineData(false, Engine.IoUringOps)]
+    public async Task Large_writes_go_out_zero_copy_arrive_intact_and_every_block_comes_back(bool sendFromThreadPool, Engine engine)
     {
         const int Connections = 4;
         const int Length = 2 * 1024 * 1024;
-        await using var server = new ZeroCopyServer(output, keepWhenCopied: true, o => o.Tuning.SendFromThreadPool = sendFromThreadPool);
+        await using var server = new ZeroCopyServer(output, engine, keepWhenCopied: true, o => o.Tuning.SendFromThreadPool = sendFromThreadPool);
 
         var transfers = new List<Task>();
         for (int i = 0; i < Connections; i++)
@@ -70,12 +85,13 @@ public sealed class ZeroCopyTests(ITestOutputHelper output)
     /// The completions are lost with the fd, so a graceful close waits for them. Over loopback the
     /// client's receive window holds the rest of the data in the server's socket until the client reads.
     /// </summary>
-    [Fact]
-    public async Task A_graceful_close_waits_until_the_kernel_is_done_with_the_zero_copy_sends()
+    [Theory]
+    [MemberData(nameof(Engines))]
+    public async Task A_graceful_close_waits_until_the_kernel_is_done_with_the_zero_copy_sends(Engine engine)
     {
         const int Length = 512 * 1024;
         const ulong Seed = 42;
-        await using var server = new ZeroCopyServer(output, keepWhenCopied: true);
+        await using var server = new ZeroCopyServer(output, engine, keepWhenCopied: true);
         using var client = await TestSockets.ConnectAsync(await server.BindAsync());
         var connection = await server.AcceptAsync();
 
@@ -100,11 +116,12 @@ public sealed class ZeroCopyTests(ITestOutputHelper output)
     }
 
     /// <summary>A reset drops the queued data with the socket, so its blocks go back at once.</summary>
-    [Fact]
-    public async Task An_abort_with_zero_copy_sends_in_flight_resets_and_returns_their_blocks()
+    [Theory]
+    [MemberData(nameof(Engines))]
+    public async Task An_abort_with_zero_copy_sends_in_flight_resets_and_returns_their_blocks(Engine engine)
     {
         const int Length = 512 * 1024;
-        await using var server = new ZeroCopyServer(output, keepWhenCopied: true);
+        await using var server = new ZeroCopyServer(output, engine, keepWhenCopied: true);
         using var client = await TestSockets.ConnectAsync(await server.BindAsync());
         var connection = await server.AcceptAsync();
 
@@ -129,11 +146,12 @@ public sealed class ZeroCopyTests(ITestOutputHelper output)
     /// completion need carry the flag (the kernel merges consecutive completions into one range under
     /// the flag of the range it extends); the switch needs one, so that is the precondition.
     /// </summary>
-    [Fact]
-    public async Task After_the_kernel_reports_a_copy_the_connection_sends_by_copying()
+    [Theory]
+    [MemberData(nameof(Engines))]
+    public async Task After_the_kernel_reports_a_copy_the_connection_sends_by_copying(Engine engine)
     {
         const int Length = 256 * 1024;
-        await using var server = new ZeroCopyServer(output, keepWhenCopied: false);
+        await using var server = new ZeroCopyServer(output, engine, keepWhenCopied: false);
         using var client = await TestSockets.ConnectAsync(await server.BindAsync());
         var connection = await server.AcceptAsync();
         Assert.True(Assert.IsType<LinuxConnection>(connection).ZeroCopyEnabled, "The connection has zero-copy off (was SO_ZEROCOPY refused? see the log).");
@@ -167,6 +185,7 @@ public sealed class ZeroCopyTests(ITestOutputHelper output)
     /// without room the kernel fails it with ENOBUFS, and the connection sends the same bytes again by
     /// copying. In a network namespace whose net.core.optmem_max is 0 the kernel refuses every zero-copy
     /// send, so every byte must go out through that fallback: intact, each refusal counted, nothing held.
+    /// (A SENDMSG_ZC op's notification is the ring's, not charged to the socket: epoll only.)
     /// </summary>
     [NetworkNamespaceTheory]
     [InlineData(true)]
@@ -175,7 +194,7 @@ public sealed class ZeroCopyTests(ITestOutputHelper output)
     {
         const int Length = 512 * 1024;
         const ulong Seed = 9;
-        await using var server = new ZeroCopyServer(output, keepWhenCopied: true, o => o.Tuning.SendFromThreadPool = sendFromThreadPool);
+        await using var server = new ZeroCopyServer(output, Engine.Epoll, keepWhenCopied: true, o => o.Tuning.SendFromThreadPool = sendFromThreadPool);
 
         // The loops start here, in the host's namespace; only the sockets go into the test's own.
         await server.BindAsync();
@@ -238,7 +257,7 @@ public sealed class ZeroCopyTests(ITestOutputHelper output)
 
         // Memory the pool did not lend is never sent zero-copy.
         Assert.False(sends.Stage(new ReadOnlySequence<byte>(new byte[64]), 64));
-        Assert.False(sends.Commit(SysResult.FromNative(64)));
+        Assert.False(sends.Commit(SysResult.FromNative(64), out _));
 
         var blocks = new IMemoryOwner<byte>[3];
         for (int i = 0; i < blocks.Length; i++)
@@ -248,11 +267,11 @@ public sealed class ZeroCopyTests(ITestOutputHelper output)
             if (i == 1)
             {
                 // A call that failed took no id: the next one gets it.
-                Assert.True(sends.Commit(SysResult.FromNative(-11)));
+                Assert.True(sends.Commit(SysResult.FromNative(-11), out _));
                 Assert.True(sends.Stage(new ReadOnlySequence<byte>(blocks[i].Memory), 64));
             }
 
-            Assert.True(sends.Commit(SysResult.FromNative(100)));
+            Assert.True(sends.Commit(SysResult.FromNative(100), out _));
         }
 
         Assert.Equal(3, sends.InFlight);
@@ -277,11 +296,66 @@ public sealed class ZeroCopyTests(ITestOutputHelper output)
         // A block the kernel is done with stays the pipe's until the pipe lets go.
         var held = pool.Rent(DiagnosticMemoryPoolFactory.BlockSize);
         Assert.True(sends.Stage(new ReadOnlySequence<byte>(held.Memory), 64));
-        Assert.True(sends.Commit(SysResult.FromNative(1)));
+        Assert.True(sends.Commit(SysResult.FromNative(1), out _));
         Assert.Equal(1, sends.Complete(1, 1, copied: false));
         Assert.Equal(1, pool.Outstanding);
         held.Dispose();
         Assert.Equal(0, pool.Outstanding);
+
+        inner.Dispose();
+        diagnostics.AssertAllReturned();
+    }
+
+    /// <summary>
+    /// The bookkeeping of both kinds of send on one connection (pool threads' sendmsg(MSG_ZEROCOPY) beside the
+    /// loop's ring ops): an op takes no kernel id, each kind completes only its own sends, and blocks still go
+    /// back in send order.
+    /// </summary>
+    [Fact]
+    public void Ring_ops_and_error_queue_sends_complete_apart_and_return_blocks_in_send_order()
+    {
+        var diagnostics = new DiagnosticMemoryPoolFactory();
+        var inner = diagnostics.Create();
+        var pool = new ZeroCopyMemoryPool(inner);
+        var sends = new ZeroCopySends();
+        var blocks = new IMemoryOwner<byte>[3];
+        uint op;
+        for (int i = 0; i < blocks.Length; i++)
+        {
+            blocks[i] = pool.Rent(DiagnosticMemoryPoolFactory.BlockSize);
+        }
+
+        // Kernel id 0, then ring op 7, then kernel id 1 (the op took no id).
+        Assert.True(sends.Stage(new ReadOnlySequence<byte>(blocks[0].Memory), 64));
+        Assert.True(sends.Commit(SysResult.FromNative(100), out op));
+        Assert.Equal(0u, op);
+        Assert.True(sends.Stage(new ReadOnlySequence<byte>(blocks[1].Memory), 64, op: 7));
+        Assert.True(sends.Commit(SysResult.FromNative(100), out op));
+        Assert.Equal(7u, op);
+
+        // A failed op holds nothing: its notification, when it comes, finds no send.
+        Assert.True(sends.Stage(new ReadOnlySequence<byte>(blocks[2].Memory), 64, op: 8));
+        Assert.True(sends.Commit(SysResult.FromNative(-11), out op));
+        Assert.Equal(0u, op);
+        Assert.False(sends.CompleteOp(8, copied: false));
+
+        Assert.True(sends.Stage(new ReadOnlySequence<byte>(blocks[2].Memory), 64));
+        Assert.True(sends.Commit(SysResult.FromNative(100), out _));
+        foreach (var block in blocks)
+        {
+            block.Dispose();
+        }
+
+        // The op first: nothing goes back, the kernel's id 0 is ahead of it.
+        Assert.True(sends.CompleteOp(7, copied: false));
+        Assert.False(sends.CompleteOp(7, copied: false));
+        Assert.Equal(3, pool.Outstanding);
+
+        // Kernel ids 0..1 complete as one range: 0 and 1 (the third send), not the op.
+        Assert.Equal(2, sends.Complete(0, 1, copied: false));
+        Assert.Equal(0, sends.InFlight);
+        Assert.Equal(0, pool.Outstanding);
+        Assert.False(sends.KernelCopies);
 
         inner.Dispose();
         diagnostics.AssertAllReturned();
@@ -306,11 +380,13 @@ public sealed class ZeroCopyTests(ITestOutputHelper output)
         private readonly DiagnosticMemoryPoolFactory _pool = new();
         private readonly LinuxTransportFactory _factory;
         private readonly Microsoft.Extensions.Logging.ILoggerFactory _loggerFactory;
+        private readonly Engine _engine;
         private IConnectionListener? _listener;
         private bool _disposed;
 
-        public ZeroCopyServer(ITestOutputHelper output, bool keepWhenCopied, Action<LinuxTransportOptions>? configure = null)
+        public ZeroCopyServer(ITestOutputHelper output, Engine engine, bool keepWhenCopied, Action<LinuxTransportOptions>? configure = null)
         {
+            _engine = engine;
             TransportKind.LinuxNative.AssertEngineAvailable();
             _services = new ServiceCollection().AddMetrics().BuildServiceProvider();
             var meterFactory = _services.GetRequiredService<IMeterFactory>();
@@ -322,7 +398,11 @@ public sealed class ZeroCopyTests(ITestOutputHelper output)
 
                 // Room for the test's whole write in the pipe, so the app never waits on the client.
                 MaxWriteBufferSize = 4 * 1024 * 1024,
+                IoBackend = engine == Engine.IoUringOps ? IoBackend.IoUring : IoBackend.Epoll,
             };
+
+            // On the ring only the loop submits: its sends are the ops under test.
+            options.Tuning.SendFromThreadPool = engine != Engine.IoUringOps;
             options.Tuning.ZeroCopyWhenKernelCopies = keepWhenCopied;
             configure?.Invoke(options);
             _loggerFactory = TestOutputLoggerProvider.CreateFactory(output);
@@ -336,7 +416,16 @@ public sealed class ZeroCopyTests(ITestOutputHelper output)
         /// <summary>Binds a loopback listener on the first call; returns its endpoint.</summary>
         public async Task<EndPoint> BindAsync()
         {
-            _listener ??= await _factory.BindAsync(new IPEndPoint(IPAddress.Loopback, 0));
+            if (_listener is null)
+            {
+                _listener = await _factory.BindAsync(new IPEndPoint(IPAddress.Loopback, 0));
+                foreach (var loop in _factory.Loops)
+                {
+                    // Without SENDMSG_ZC (Linux 6.2) the io_uring run would only repeat epoll's sendmsg(MSG_ZEROCOPY).
+                    Assert.Equal(_engine == Engine.IoUringOps, loop.Engine.SendsZeroCopyAsOps);
+                }
+            }
+
             return _listener.EndPoint;
         }
 
