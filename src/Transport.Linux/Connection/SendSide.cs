@@ -364,7 +364,7 @@ internal sealed class SendSide : IBatchOwner
         }
 
         var engine = _connection.Loop.Engine;
-        uint send = onLoop && engine.SendsZeroCopyAsOps && _connection.Loop.Options.Tuning.ZeroCopyRingOps ? engine.NextZeroCopySend() : 0;
+        uint send = onLoop && engine.SendsZeroCopyAsOps ? engine.NextZeroCopySend() : 0;
         if (!zeroCopy.Stage(buffer, MaxBuffersPerSend, send))
         {
             return 0;

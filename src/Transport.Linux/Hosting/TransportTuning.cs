@@ -41,9 +41,6 @@ internal sealed class TransportTuning
     /// <summary>Keep sending with MSG_ZEROCOPY after the kernel reported it copied (loopback always copies), so that tests exercise the path.</summary>
     public bool ZeroCopyWhenKernelCopies { get; set; }
 
-    /// <summary>On io_uring, the loop's zero-copy sends as the ring's SENDMSG_ZC ops (false: sendmsg(MSG_ZEROCOPY) as on epoll). For an A/B.</summary>
-    public bool ZeroCopyRingOps { get; set; } = true;
-
     /// <summary>
     /// Applies <c>Name=value</c> pairs separated by commas (for example <c>SendFromThreadPool=false,MaxBytesPerRead=4096</c>).
     /// Returns null, or the error: an unknown name or a value that does not parse.
@@ -69,7 +66,6 @@ internal sealed class TransportTuning
                 nameof(TcpQuickAck) => SetBool(value, v => TcpQuickAck = v),
                 nameof(UseNativeEngine) => SetBool(value, v => UseNativeEngine = v),
                 nameof(ZeroCopyWhenKernelCopies) => SetBool(value, v => ZeroCopyWhenKernelCopies = v),
-                nameof(ZeroCopyRingOps) => SetBool(value, v => ZeroCopyRingOps = v),
                 nameof(MaxBytesPerRead) => SetInt(value, v => MaxBytesPerRead = v),
                 nameof(TcpNotSentLowAtBytes) => SetInt(value, v => TcpNotSentLowAtBytes = v),
                 _ => $"unknown tuning switch '{name}'; known: {string.Join(", ", Names)}.",
@@ -89,7 +85,7 @@ internal sealed class TransportTuning
     [
         nameof(DeferSend), nameof(SendFromThreadPool), nameof(CoalesceThreadPoolSends), nameof(MaxBytesPerRead),
         nameof(SchedBatchLoops), nameof(TcpQuickAck), nameof(TcpNotSentLowAtBytes), nameof(UseNativeEngine),
-        nameof(ZeroCopyWhenKernelCopies), nameof(ZeroCopyRingOps),
+        nameof(ZeroCopyWhenKernelCopies),
     ];
 
     internal IEnumerable<string> Validate()
