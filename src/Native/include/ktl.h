@@ -31,13 +31,14 @@ extern "C" {
 /*
  * Op flags. KTL_SEND_ZEROCOPY sends without copying, and the caller must keep the buffers
  * unchanged until the kernel says it is done with them, not just until the call returns.
- * Valid on sends only. In ktl_batch (and in a ring batch whose ring lacks
- * KTL_RING_SENDS_ZEROCOPY) it is sendmsg with MSG_ZEROCOPY (Linux 4.14, msg_zerocopy.rst): the
+ * Valid on sends only. In ktl_batch (and with tag 0 in a ring batch) it is sendmsg with
+ * MSG_ZEROCOPY (Linux 4.14, msg_zerocopy.rst): the
  * socket must have SO_ZEROCOPY set, the op runs synchronously (also in an AIO batch), and the
  * notification arrives on the socket's error queue (recvmsg with MSG_ERRQUEUE). In a ring
- * batch whose ring has KTL_RING_SENDS_ZEROCOPY, and with a nonzero tag, it is
- * IORING_OP_SENDMSG_ZC instead, and the notification is a completion of ktl_ring_wait
- * carrying the op's tag (KTL_RING_SEND_DONE).
+ * batch, with a nonzero tag, it is IORING_OP_SENDMSG_ZC instead, and the notification is a
+ * completion of ktl_ring_wait carrying the op's tag (KTL_RING_SEND_DONE); where the ring
+ * cannot make it one (no KTL_RING_SENDS_ZEROCOPY, no room) it fails with -ENOBUFS, as
+ * MSG_ZEROCOPY does without notification memory, and the caller sends the bytes by copying.
  */
 #define KTL_SEND_ZEROCOPY 1
 

@@ -38,15 +38,21 @@ KTL_EXPORT int32_t ktl_ring_batch(ktl_ring *ring, int32_t direction, ktl_op *ops
             continue;
         }
         zerocopy = (op->flags & KTL_SEND_ZEROCOPY) != 0;
-        if (zerocopy && (!(ring->abilities & KTL_RING_SENDS_ZEROCOPY) || op->tag == 0 || i > KTL_SEND_ZC_MAX_INDEX)) {
+        if (zerocopy && op->tag == 0) {
             /* MSG_ZEROCOPY: the notification arrives on the socket's error queue, as on epoll. */
             ktl_sync_op(direction, op);
             continue;
         }
 
-        sqe = ktl_ring_sqe(ring);
+        sqe = zerocopy && (!(ring->abilities & KTL_RING_SENDS_ZEROCOPY) || i > KTL_SEND_ZC_MAX_INDEX)
+            ? NULL : ktl_ring_sqe(ring);
         if (sqe == NULL) {
-            ktl_sync_op(direction, op);
+            /* A numbered send waits for a notification only the ring can bring: refused instead,
+             * as MSG_ZEROCOPY is refused without notification memory, and sent again by copying. */
+            if (zerocopy)
+                op->result = -ENOBUFS;
+            else
+                ktl_sync_op(direction, op);
             continue;
         }
         memset(msg, 0, sizeof(*msg));
