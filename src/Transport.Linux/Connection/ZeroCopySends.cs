@@ -125,8 +125,13 @@ internal sealed class ZeroCopySends(uint firstId = 0)
     /// <summary>The engine's zero-copy op <paramref name="op"/> is done. False when this holds no such send (a reset let it go).</summary>
     public bool CompleteOp(uint op, bool copied)
     {
-        int i = _sends.FindIndex(send => send.Op && !send.Done && send.Id == op);
-        if (i < 0)
+        int i = 0;
+        while (i < _sends.Count && !(_sends[i].Op && !_sends[i].Done && _sends[i].Id == op))
+        {
+            i++;
+        }
+
+        if (i == _sends.Count)
         {
             return false;
         }
