@@ -155,17 +155,29 @@ internal sealed class LinuxConnection : ConnectionContext,
     /// <summary>Starts reading the app's output; the loop has registered the socket.</summary>
     public void Start() => Send.Start();
 
-    /// <summary>The engine's zero-copy op <paramref name="done"/>.Send is done (<see cref="IoEngine.ZeroCopyDone"/>): its blocks go back.</summary>
-    public void OnZeroCopyDone((uint Send, bool Copied) done)
+    /// <summary>
+    /// The <paramref name="index"/>-th event of <paramref name="engine"/>'s last wait, which is this connection's: what
+    /// epoll reported for the socket, or that the engine's zero-copy op is done (<see cref="IoEngine.ZeroCopyDone"/>),
+    /// whose blocks then go back.
+    /// </summary>
+    public void OnEvent(IoEngine engine, int index)
     {
-        if (Send.ReleaseZeroCopy(done.Send, done.Copied))
+        uint events = engine.EventsAt(index);
+        if (events != IoEngine.ZeroCopyDone)
+        {
+            OnEvents(events);
+            return;
+        }
+
+        var (send, copied) = engine.ZeroCopyDoneAt(index);
+        if (Send.ReleaseZeroCopy(send, copied))
         {
             Lifetime.OnZeroCopyReaped();
         }
     }
 
     /// <summary>What epoll reported for the socket.</summary>
-    public void OnEvents(uint events)
+    private void OnEvents(uint events)
     {
         if (Socket.IsClosed)
         {

@@ -374,11 +374,8 @@ internal sealed class EventLoop : PipeScheduler
     {
         switch (Engine.OwnerAt(index))
         {
-            case LinuxConnection connection when Engine.EventsAt(index) == IoEngine.ZeroCopyDone:
-                connection.OnZeroCopyDone(Engine.ZeroCopyDoneAt(index));
-                break;
             case LinuxConnection connection:
-                connection.OnEvents(Engine.EventsAt(index));
+                connection.OnEvent(Engine, index);
                 break;
             case ListenRegistration listener when Engine.AcceptsInKernel:
                 _acceptor.Accepted(listener, Engine.AcceptedAt(index));
