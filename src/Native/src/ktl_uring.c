@@ -50,6 +50,15 @@ void ktl_ring_on_wake(ktl_ring *ring, int32_t res)
     }
 }
 
+void *ktl_ring_grow(void *items, int32_t *capacity, int32_t count, size_t item_size)
+{
+    int32_t grown_capacity = count < 64 ? 64 : count;
+    void *grown = realloc(items, (size_t)grown_capacity * item_size);
+    if (grown != NULL)
+        *capacity = grown_capacity;
+    return grown;
+}
+
 int ktl_ring_reports(const struct io_uring_cqe *cqe)
 {
     return (cqe->user_data & KTL_RING_INTERNAL) == 0

@@ -19,12 +19,10 @@ KTL_EXPORT int32_t ktl_ring_batch(ktl_ring *ring, int32_t direction, ktl_op *ops
     if (direction != KTL_OP_RECEIVE && direction != KTL_OP_SEND)
         return -EINVAL;
     if (count > ring->msg_capacity) {
-        int32_t capacity = count < 64 ? 64 : count;
-        struct msghdr *grown = realloc(ring->msgs, (size_t)capacity * sizeof(struct msghdr));
+        struct msghdr *grown = ktl_ring_grow(ring->msgs, &ring->msg_capacity, count, sizeof(*grown));
         if (grown == NULL)
             return -ENOMEM;
         ring->msgs = grown;
-        ring->msg_capacity = capacity;
     }
 
     for (int32_t i = 0; i < count; i++) {

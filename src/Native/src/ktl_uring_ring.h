@@ -71,6 +71,11 @@ struct ktl_ring {
 /* An SQE, submitting what is queued first when the submission queue is full; NULL if none. */
 struct io_uring_sqe *ktl_ring_sqe(ktl_ring *ring);
 
+/* items (of item_size bytes each) grown to hold count > *capacity, keeping what it holds (at
+ * least 64; a loop asks on every pass, so the array is kept, never shrunk): the array, with
+ * *capacity updated, or NULL when out of memory (items and *capacity unchanged). */
+void *ktl_ring_grow(void *items, int32_t *capacity, int32_t count, size_t item_size);
+
 /* Keeps a completion for the caller's next ktl_ring_wait (0, or -ENOMEM). */
 int ktl_ring_keep(ktl_ring *ring, ktl_cqe report);
 

@@ -131,12 +131,10 @@ KTL_EXPORT int32_t ktl_ring_remove_all(ktl_ring *ring, const uint64_t *user_data
             return -EINVAL;
     }
     if (count > ring->removal_capacity) {
-        int32_t capacity = count < 64 ? 64 : count;
-        removal *grown = realloc(ring->removals, (size_t)capacity * sizeof(removal));
+        removal *grown = ktl_ring_grow(ring->removals, &ring->removal_capacity, count, sizeof(*grown));
         if (grown == NULL)
             return -ENOMEM;
         ring->removals = grown;
-        ring->removal_capacity = capacity;
     }
     removals = ring->removals;
 
