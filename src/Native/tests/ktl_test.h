@@ -46,6 +46,9 @@ ktl_ring *test_ring(void);
 /* Creates and starts a ring with a blocking eventfd for wake-ups (*wake_fd), or returns NULL
  * after printing why when io_uring is unavailable and KTL_TEST_ALLOW_NO_URING=1 (fails otherwise). */
 ktl_ring *test_ring_create(int32_t entries, int *wake_fd);
+/* 1 when the environment variable is 1 (KTL_TEST_ALLOW_NO_AIO, KTL_TEST_ALLOW_NO_URING): a missing kernel
+ * feature then skips its checks instead of failing them. */
+int test_allowed(const char *variable);
 extern uint32_t test_ring_abilities; /* ktl_ring_info.abilities of the last ring test_ring_create started */
 
 /* One batch through the mode's path: ktl_batch, or ktl_ring_batch for use_ring modes. */

@@ -12,11 +12,16 @@
 
 #include "ktl_test.h"
 
+int test_allowed(const char *variable)
+{
+    const char *value = getenv(variable);
+    return value != NULL && strcmp(value, "1") == 0;
+}
+
 ktl_engine *test_engine(const io_mode *mode, int32_t aio_capacity)
 {
     int32_t err = -1;
     ktl_engine *engine = ktl_engine_create(mode->use_aio ? aio_capacity : 0, &err);
-    const char *allow = getenv("KTL_TEST_ALLOW_NO_AIO");
 
     CHECK(engine != NULL);
     if (mode->use_aio && !ktl_engine_has_aio(engine)) {
@@ -25,7 +30,7 @@ ktl_engine *test_engine(const io_mode *mode, int32_t aio_capacity)
         CHECK(err > 0);
         /* AIO is available on the CI and dev machines; losing it silently would leave
          * the AIO path untested while every test still passed. */
-        CHECK(allow != NULL && strcmp(allow, "1") == 0);
+        CHECK(test_allowed("KTL_TEST_ALLOW_NO_AIO"));
     } else {
         CHECK_EQ(err, 0);
         CHECK_EQ(ktl_engine_has_aio(engine), mode->use_aio ? 1 : 0);
@@ -154,7 +159,6 @@ ktl_ring *test_ring_create(int32_t entries, int *wake_fd)
 {
     ktl_ring_info info;
     int32_t err = -1;
-    const char *allow = getenv("KTL_TEST_ALLOW_NO_URING");
     ktl_ring *ring = ktl_ring_create(entries, &info, &err);
 
     if (ring == NULL) {
@@ -164,7 +168,7 @@ ktl_ring *test_ring_create(int32_t entries, int *wake_fd)
         CHECK(err > 0);
         /* Available on the CI and dev machines (x64); losing it silently would leave the
          * engine untested while every test still passed. */
-        CHECK(allow != NULL && strcmp(allow, "1") == 0);
+        CHECK(test_allowed("KTL_TEST_ALLOW_NO_URING"));
         printf("SKIPPED: the io_uring checks (KTL_TEST_ALLOW_NO_URING=1); the failure was a clean errno\n");
         return NULL;
     }
