@@ -5,6 +5,7 @@ using Kestrel.Transport.Linux.Diagnostics;
 using Kestrel.Transport.Linux.Engines;
 using Kestrel.Transport.Linux.Interop;
 using Kestrel.Transport.Linux.Loop;
+using Kestrel.Transport.Linux.Scheduling;
 using Microsoft.AspNetCore.Connections;
 using Microsoft.AspNetCore.Connections.Features;
 using Microsoft.AspNetCore.Http.Features;
@@ -57,8 +58,10 @@ internal sealed class LinuxConnection : ConnectionContext,
         LocalEndPoint = localEndPoint;
         RemoteEndPoint = remoteEndPoint;
 
-        var input = new Pipe(loop.InputPipeOptions);
-        var output = new Pipe(loop.OutputPipeOptions);
+        var (inputOptions, outputOptions) = loop.PipeOptionsFor(this, out var scheduler);
+        Scheduler = scheduler;
+        var input = new Pipe(inputOptions);
+        var output = new Pipe(outputOptions);
         Transport = new DuplexPipe(input.Reader, output.Writer);
 
         bool tcp = remoteEndPoint is IPEndPoint;
@@ -84,6 +87,9 @@ internal sealed class LinuxConnection : ConnectionContext,
     public SendSide Send { get; }
 
     public ConnectionLifetime Lifetime { get; }
+
+    /// <summary>With Adaptive scheduling, where this connection's application continuations run; null otherwise.</summary>
+    public AdaptiveScheduler? Scheduler { get; }
 
     /// <summary>The socket's number while it is open (diagnostics, tests and the loop's registration).</summary>
     public int Fd => Socket.Value;

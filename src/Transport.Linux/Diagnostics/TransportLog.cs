@@ -70,4 +70,10 @@ internal static partial class TransportLog
 
     [LoggerMessage(21, LogLevel.Information, "IoBackend=Auto: the loops run on epoll: with ThreadPool scheduling io_uring measured no better than epoll (docs/performance.md).")]
     public static partial void AutoChoseEpoll(ILogger logger);
+
+    [LoggerMessage(22, LogLevel.Warning, "Connection {ConnectionId} ({RemoteEndPoint} to {LocalEndPoint}) held the thread of loop {Loop} for {Milliseconds:F1} ms inside application code (a blocking call or long computation). The loop moved to another thread meanwhile, and this connection runs on the thread pool for a while; its requests' TraceIdentifier starts with the connection id. {Skipped} more such cases since the last message.")]
+    public static partial void ContinuationBlockedLoop(ILogger logger, string connectionId, int loop, double milliseconds, System.Net.EndPoint? remoteEndPoint, System.Net.EndPoint? localEndPoint, int skipped);
+
+    [LoggerMessage(23, LogLevel.Warning, "Loop {Loop} is blocked inside application code, but the {Threads} threads the loops may use are all busy: it stays blocked until that code returns. Logged once.")]
+    public static partial void NoThreadForBlockedLoop(ILogger logger, int loop, int threads);
 }

@@ -41,6 +41,8 @@ internal sealed class TransportMetrics : IDisposable
             "kestrel.transport.linux.zerocopy.completions", "{send}", "MSG_ZEROCOPY sends the kernel reported done, tagged zerocopy.copied=true when it copied the data after all (always over loopback).");
         ZeroCopyRefusals = _meter.CreateCounter<long>(
             "kestrel.transport.linux.zerocopy.refused", "{send}", "MSG_ZEROCOPY sends the kernel refused with ENOBUFS (the socket's optmem limit, or the locked-memory limit); each went out again as a copying send.");
+        LoopHandoffs = _meter.CreateCounter<long>(
+            "kestrel.transport.linux.loop.handoffs", "{handoff}", "Times a loop was moved to another thread because an application continuation held its thread too long (Adaptive scheduling), tagged with the loop.");
         SendQueueLength = _meter.CreateHistogram<int>(
             "kestrel.transport.linux.send.queue_length", "{connection}", "Connections whose deferred sends one pass coalesced into its send batch.");
 
@@ -65,6 +67,11 @@ internal sealed class TransportMetrics : IDisposable
     public Histogram<int> SendQueueLength { get; }
 
     public Counter<long> ZeroCopySends { get; }
+
+    public Counter<long> LoopHandoffs { get; }
+
+    /// <summary>The tag that names a loop (its index).</summary>
+    public const string LoopTag = "kestrel.transport.linux.loop";
 
     public Counter<long> ZeroCopyCompletions { get; }
 

@@ -78,6 +78,13 @@ internal sealed unsafe class UringEngine : IoEngine
 
     public override bool AcceptsInKernel => true;
 
+    /// <summary>
+    /// A ring cannot follow a loop to another thread: with SINGLE_ISSUER only its first submitter may enter it, and
+    /// without it, a poll's or accept's completion work is still queued to the thread that armed it, which runs it
+    /// only when it enters the kernel (COOP_TASKRUN) and cancels it when it exits (docs/architecture.md).
+    /// </summary>
+    public override bool CanChangeThreads => false;
+
     public override bool SendsZeroCopyAsOps => (Info.Abilities & NativeEngine.RingSendsZeroCopy) != 0;
 
     /// <summary>
