@@ -76,4 +76,7 @@ internal static partial class TransportLog
 
     [LoggerMessage(23, LogLevel.Warning, "Loop {Loop} is blocked inside application code, but the {Threads} threads the loops may use are all busy: it stays blocked until that code returns. Logged once.")]
     public static partial void NoThreadForBlockedLoop(ILogger logger, int loop, int threads);
+
+    [LoggerMessage(24, LogLevel.Warning, "Loop {Loop} spent {Milliseconds:F1} ms in one pass, scheduling {SchedulingMode}: every connection of the loop waited that long. With Inline scheduling application code runs inside the pass, so a blocking call or long computation there does this; Adaptive scheduling moves such code off the loop. {Skipped} more such passes since the last message; kestrel.transport.linux.loop.long_passes counts them all.")]
+    public static partial void LongPass(ILogger logger, int loop, double milliseconds, ApplicationSchedulingMode schedulingMode, int skipped);
 }

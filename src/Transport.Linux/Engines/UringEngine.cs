@@ -79,9 +79,10 @@ internal sealed unsafe class UringEngine : IoEngine
     public override bool AcceptsInKernel => true;
 
     /// <summary>
-    /// A ring cannot follow a loop to another thread: with SINGLE_ISSUER only its first submitter may enter it, and
-    /// without it, a poll's or accept's completion work is still queued to the thread that armed it, which runs it
-    /// only when it enters the kernel (COOP_TASKRUN) and cancels it when it exits (docs/architecture.md).
+    /// A ring does not follow a loop to another thread: with SINGLE_ISSUER (which DEFER_TASKRUN needs) only the
+    /// thread that enabled it may submit (EEXIST for any other), and without it a thread that armed polls and accepts
+    /// cancels them all when it exits (ECANCELED), so no thread that ever held the loop could retire
+    /// (docs/architecture.md, "Adaptive scheduling and io_uring").
     /// </summary>
     public override bool CanChangeThreads => false;
 

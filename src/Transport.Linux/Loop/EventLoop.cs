@@ -45,6 +45,9 @@ internal sealed class EventLoop : PipeScheduler
     /// <summary>At most one "blocked the loop" warning per loop per this long (10 s); the ones in between are counted in the next.</summary>
     private static readonly long s_blockedLogInterval = Stopwatch.Frequency * 10;
 
+    /// <summary>A pass that takes longer than this (50 ms) is counted and logged as a long one: something held the loop's thread.</summary>
+    private static readonly long s_longPass = Stopwatch.Frequency / 20;
+
     private readonly ThreadPoolDispatchQueue? _dispatchQueue;
     private readonly LoopMonitor? _monitor;
     private readonly ConcurrentQueue<Continuation> _continuations = new();
@@ -80,6 +83,11 @@ internal sealed class EventLoop : PipeScheduler
     private long _newConnectionsOnPoolUntil;
     private long _lastBlockedLog;
     private int _blockedLogsSkipped;
+
+    // When the current pass began (0 while the loop waits), for the long-pass count and the meter's gauge.
+    private long _passStarted;
+    private long _lastLongPassLog;
+    private int _longPassLogsSkipped;
 
     // Totals read by the meter's observable instruments (the bytes of the pass batches are theirs).
     private long _passCount;
@@ -133,6 +141,7 @@ internal sealed class EventLoop : PipeScheduler
             }
         }
 
+        MetricTag = new KeyValuePair<string, object?>(TransportMetrics.LoopTag, index);
         _thread = new Thread(Run) { IsBackground = true, Name = ThreadName };
         metrics.Add(this);
     }
@@ -170,6 +179,19 @@ internal sealed class EventLoop : PipeScheduler
     public int ThreadId => Volatile.Read(ref _threadId);
 
     public long PassCount => Volatile.Read(ref _passCount);
+
+    /// <summary>How long the loop has been inside its current pass (zero while it waits for events): the meter's view of a blocked loop.</summary>
+    public TimeSpan CurrentPassDuration
+    {
+        get
+        {
+            long started = Volatile.Read(ref _passStarted);
+            return started == 0 ? TimeSpan.Zero : Stopwatch.GetElapsedTime(started);
+        }
+    }
+
+    /// <summary>The meter's tag for this loop.</summary>
+    public KeyValuePair<string, object?> MetricTag { get; }
 
     public long BytesReceived => _batches.BytesReceived;
 
@@ -436,6 +458,8 @@ internal sealed class EventLoop : PipeScheduler
 
                 int count = timeout != 0 && _spinTicks > 0 && !polling ? SpinThenWait(timeout) : Engine.Wait(timeout);
                 _wakeup.ExitWait();
+                long passStarted = Stopwatch.GetTimestamp();
+                Volatile.Write(ref _passStarted, passStarted);
                 Volatile.Write(ref _passCount, _passCount + 1);
                 if (Metrics.EventsPerPass.Enabled)
                 {
@@ -457,6 +481,7 @@ internal sealed class EventLoop : PipeScheduler
                 _batches.RunSends();
                 _acceptor.RetryBackedOff();
                 _dispatchQueue?.HelpIfStalled();
+                EndPass(passStarted);
 
                 if (_stopRequested && ReadyToExit())
                 {
@@ -480,6 +505,7 @@ internal sealed class EventLoop : PipeScheduler
     private LoopRunner Hold()
     {
         var runner = new LoopRunner(this);
+        Volatile.Write(ref _passStarted, 0); // the pass the loop was taken in is over
         Volatile.Write(ref _holderThreadId, runner.ManagedThreadId);
         Volatile.Write(ref _threadId, runner.ThreadId);
         Volatile.Write(ref _runner, runner);
@@ -521,7 +547,7 @@ internal sealed class EventLoop : PipeScheduler
         }
 
         runner.Connection?.Scheduler?.Demote();
-        Metrics.LoopHandoffs.Add(1, new KeyValuePair<string, object?>(TransportMetrics.LoopTag, Index));
+        Metrics.LoopHandoffs.Add(1, MetricTag);
         return true;
     }
 
@@ -557,22 +583,54 @@ internal sealed class EventLoop : PipeScheduler
     }
 
     /// <summary>
+    /// The end of a pass: one that took longer than <see cref="s_longPass"/> is counted, and logged at most once per
+    /// 10 s. With Inline scheduling that is the app blocking the loop; otherwise a very large batch, or a starved CPU.
+    /// </summary>
+    private void EndPass(long started)
+    {
+        Volatile.Write(ref _passStarted, 0);
+        long now = Stopwatch.GetTimestamp();
+        if (now - started < s_longPass)
+        {
+            return;
+        }
+
+        Metrics.LongPasses.Add(1, MetricTag);
+        if (RateLimit(ref _lastLongPassLog, ref _longPassLogsSkipped, now, out int skipped))
+        {
+            TransportLog.LongPass(Logger, Index, Stopwatch.GetElapsedTime(started, now).TotalMilliseconds, Options.ApplicationSchedulingMode, skipped);
+        }
+    }
+
+    /// <summary>True when a rate-limited message may be logged now (and how many were skipped since the last one).</summary>
+    private static bool RateLimit(ref long last, ref int skippedSince, long now, out int skipped)
+    {
+        skipped = 0;
+        long previous = Volatile.Read(ref last);
+        if (previous != 0 && now - previous < s_blockedLogInterval)
+        {
+            Interlocked.Increment(ref skippedSince);
+            return false;
+        }
+
+        if (Interlocked.CompareExchange(ref last, now, previous) != previous)
+        {
+            return false;
+        }
+
+        skipped = Interlocked.Exchange(ref skippedSince, 0);
+        return true;
+    }
+
+    /// <summary>
     /// On the thread the loop was taken from, once the continuation that blocked has returned: a warning that
     /// names the connection and how long it held the thread, at most once per loop per 10 s.
     /// </summary>
     private void ReportBlocked(LinuxConnection connection, long started)
     {
         long now = Stopwatch.GetTimestamp();
-        long last = Volatile.Read(ref _lastBlockedLog);
-        if (last != 0 && now - last < s_blockedLogInterval)
+        if (RateLimit(ref _lastBlockedLog, ref _blockedLogsSkipped, now, out int skipped))
         {
-            Interlocked.Increment(ref _blockedLogsSkipped);
-            return;
-        }
-
-        if (Interlocked.CompareExchange(ref _lastBlockedLog, now, last) == last)
-        {
-            int skipped = Interlocked.Exchange(ref _blockedLogsSkipped, 0);
             TransportLog.ContinuationBlockedLoop(
                 Logger, connection.ConnectionId, Index, Stopwatch.GetElapsedTime(started, now).TotalMilliseconds, connection.RemoteEndPoint, connection.LocalEndPoint, skipped);
         }
