@@ -19,7 +19,9 @@ namespace Kestrel.Transport.Linux.Connection;
 /// closing, aborting). The socket is owned here and closed by the lifetime, once.
 /// </summary>
 /// <remarks>
-/// <para><b>Which thread runs what.</b> Everything runs on the owning loop's thread, except:</para>
+/// <para><b>Which thread runs what.</b> Everything runs on the owning loop's thread (the thread that holds the loop
+/// now: with Adaptive scheduling the loop may move to another thread between two application continuations; see
+/// <see cref="EventLoop"/>), except:</para>
 /// <list type="bullet">
 /// <item><see cref="Abort"/>, <see cref="DisposeAsync"/> and <see cref="ConnectionClosed"/>'s
 /// callbacks, from any thread. Abort and dispose only record a reason and post to the loop; the callbacks run on

@@ -12,7 +12,7 @@ internal static class EngineChoice
 {
     /// <summary>
     /// For the group, before its loops exist: the backend the loops should run. <see cref="IoBackend.Auto"/> is io_uring
-    /// with Inline scheduling where a ring can be set up, and epoll otherwise. Throws when <see cref="IoBackend.IoUring"/>
+    /// with Inline scheduling where a ring can be set up, and epoll otherwise (and with ThreadPool or Adaptive scheduling). Throws when <see cref="IoBackend.IoUring"/>
     /// was asked for and cannot be had, naming the cause.
     /// </summary>
     public static IoBackend Resolve(LinuxTransportOptions options, ILogger logger, TransportMetrics metrics)
@@ -24,10 +24,12 @@ internal static class EngineChoice
 
         // Auto follows the measurements (docs/performance.md, "IoBackend.Auto"): with ThreadPool scheduling the pool
         // threads send with sendmsg and io_uring measured no better than epoll; with Inline scheduling, where the
-        // loop makes every send, it measured ahead.
-        if (options.IoBackend == IoBackend.Auto && options.ApplicationSchedulingMode == ApplicationSchedulingMode.ThreadPool)
+        // loop makes every send, it measured ahead. Adaptive scheduling runs continuations on the loop only where the
+        // loop can move to another thread, which a ring cannot (UringEngine.CanChangeThreads): on io_uring it would
+        // schedule as ThreadPool does, so Auto keeps epoll there too.
+        if (options.IoBackend == IoBackend.Auto && options.ApplicationSchedulingMode != ApplicationSchedulingMode.Inline)
         {
-            TransportLog.AutoChoseEpoll(logger);
+            TransportLog.AutoChoseEpoll(logger, options.ApplicationSchedulingMode);
             return IoBackend.Epoll;
         }
 

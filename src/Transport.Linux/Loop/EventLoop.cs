@@ -521,8 +521,7 @@ internal sealed class EventLoop : PipeScheduler
     /// <summary>
     /// Monitor thread: takes the loop from <paramref name="runner"/>, whose continuation began at
     /// <paramref name="started"/> and still runs. True when taken: nobody holds the loop until the caller hands
-    /// it to another thread (which calls <see cref="RunPasses"/>). The connection that blocked goes to the pool
-    /// for a while; a loop taken often starts its new connections there.
+    /// it to another thread (which calls <see cref="RunPasses"/>), and then calls <see cref="OnTaken"/>.
     /// </summary>
     internal bool TryTake(LoopRunner runner, long started)
     {
@@ -533,7 +532,15 @@ internal sealed class EventLoop : PipeScheduler
 
         Volatile.Write(ref _holderThreadId, 0);
         Interlocked.CompareExchange(ref _runner, null, runner);
+        return true;
+    }
 
+    /// <summary>
+    /// Monitor thread, after a take: the connection that blocked goes to the pool for a while; a loop taken often
+    /// starts its new connections there.
+    /// </summary>
+    internal void OnTaken(LoopRunner runner)
+    {
         long now = Stopwatch.GetTimestamp();
         if (now - _takeWindowStart >= Stopwatch.Frequency)
         {
@@ -548,7 +555,6 @@ internal sealed class EventLoop : PipeScheduler
 
         runner.Connection?.Scheduler?.Demote();
         Metrics.LoopHandoffs.Add(1, MetricTag);
-        return true;
     }
 
     /// <summary>

@@ -29,6 +29,9 @@ internal sealed class LoopMonitor : IDisposable
     private readonly List<EventLoop> _loops = [];
     private readonly long _thresholdTicks;
     private readonly long _runningThresholdTicks;
+    private readonly long _lateTicks;
+    private long _lastLook;
+    private bool _lastWasLate;
     private readonly int _interval;
     private readonly ManualResetEventSlim _unpark = new(false, spinCount: 0);
     private readonly ILogger _logger;
@@ -44,6 +47,7 @@ internal sealed class LoopMonitor : IDisposable
         _thresholdTicks = options.Tuning.AdaptiveThresholdMicroseconds * Stopwatch.Frequency / 1_000_000;
         _runningThresholdTicks = options.Tuning.AdaptiveRunningThresholdMicroseconds * Stopwatch.Frequency / 1_000_000;
         _interval = options.Tuning.AdaptiveIntervalMilliseconds;
+        _lateTicks = (2 * _interval * Stopwatch.Frequency / 1000) + _thresholdTicks;
         Threads = new LoopThreads(options.ThreadCount, options.Tuning.MaxLoopThreads(options.ThreadCount), TimeSpan.FromMilliseconds(options.Tuning.StandbyRetireMilliseconds));
         _thread = new Thread(Run) { IsBackground = true, Name = "Kestrel Linux monitor" };
     }
@@ -88,6 +92,7 @@ internal sealed class LoopMonitor : IDisposable
             {
                 idleLooks = 0;
                 Park();
+                _lastLook = 0;
             }
         }
     }
@@ -97,6 +102,13 @@ internal sealed class LoopMonitor : IDisposable
     {
         bool active = false;
         long now = Stopwatch.GetTimestamp();
+
+        // A look that comes late (the process was suspended for a GC, or this thread was not scheduled) would
+        // see every continuation that ran meanwhile as one that ran long: it only takes note, and the next look
+        // decides (on a machine so busy that every look is late, every other one does).
+        bool late = _lastLook != 0 && now - _lastLook > _lateTicks && !_lastWasLate;
+        _lastWasLate = late;
+        _lastLook = now;
         for (int i = 0; i < _loops.Count; i++)
         {
             var loop = _loops[i];
@@ -110,7 +122,7 @@ internal sealed class LoopMonitor : IDisposable
             active |= started > 0 || continuations != _seen[i];
             _seen[i] = continuations;
             long running = now - started;
-            if (started > 0 && running >= _thresholdTicks && (running >= _runningThresholdTicks || runner.IsBlockedInKernel))
+            if (!late && started > 0 && running >= _thresholdTicks && (running >= _runningThresholdTicks || runner.IsBlockedInKernel))
             {
                 Take(loop, runner, started);
             }
@@ -123,6 +135,7 @@ internal sealed class LoopMonitor : IDisposable
     {
         if (Threads.TryHandOver(loop, () => loop.TryTake(runner, started)))
         {
+            loop.OnTaken(runner);
             return;
         }
 
