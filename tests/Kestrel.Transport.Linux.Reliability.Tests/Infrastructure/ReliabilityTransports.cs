@@ -6,15 +6,19 @@ namespace Kestrel.Transport.Linux.Reliability.Tests.Infrastructure;
 /// </summary>
 public static class ReliabilityTransports
 {
-    /// <summary>The reference, the Linux transport's default configuration and its io_uring engine.</summary>
+    /// <summary>The reference, the Linux transport's scheduling modes that may block (ThreadPool, Adaptive) and its io_uring engine.</summary>
     public static TheoryData<TransportKind> Default =>
-        new() { TransportKind.Sockets, TransportKind.LinuxNative, TransportKind.LinuxIoUring };
+        new() { TransportKind.Sockets, TransportKind.LinuxNative, TransportKind.LinuxAdaptive, TransportKind.LinuxIoUring };
 
     /// <summary>Where it matters whether the app runs on the loop thread.</summary>
     public static TheoryData<TransportKind> Scheduling =>
-        new() { TransportKind.Sockets, TransportKind.LinuxNative, TransportKind.LinuxInline, TransportKind.LinuxIoUring, TransportKind.LinuxIoUringInline };
+        new()
+        {
+            TransportKind.Sockets, TransportKind.LinuxNative, TransportKind.LinuxInline, TransportKind.LinuxAdaptive, TransportKind.LinuxIoUring,
+            TransportKind.LinuxIoUringInline, TransportKind.LinuxIoUringAdaptive,
+        };
 
     /// <summary>Where it matters which engine performs the batch, and where the app runs.</summary>
     public static TheoryData<TransportKind> Engines =>
-        new() { TransportKind.Sockets, TransportKind.LinuxNative, TransportKind.LinuxManaged, TransportKind.LinuxInline, TransportKind.LinuxAio, TransportKind.LinuxIoUring };
+        new() { TransportKind.Sockets, TransportKind.LinuxNative, TransportKind.LinuxManaged, TransportKind.LinuxInline, TransportKind.LinuxAdaptive, TransportKind.LinuxAio, TransportKind.LinuxIoUring };
 }

@@ -15,6 +15,10 @@ public sealed class Linux_io_uring_middleware(LinuxIoUringMiddlewareFixture samp
 
 public sealed class Linux_io_uring_platform(LinuxIoUringPlatformFixture sample) : PlatformEndpoints<LinuxIoUringPlatformFixture>(sample);
 
+public sealed class Linux_adaptive_middleware(LinuxAdaptiveMiddlewareFixture sample) : MiddlewareEndpoints<LinuxAdaptiveMiddlewareFixture>(sample);
+
+public sealed class Linux_adaptive_platform(LinuxAdaptivePlatformFixture sample) : PlatformEndpoints<LinuxAdaptivePlatformFixture>(sample);
+
 public sealed class Sockets_middleware(SocketsMiddlewareFixture sample) : MiddlewareEndpoints<SocketsMiddlewareFixture>(sample);
 
 public sealed class Sockets_platform(SocketsPlatformFixture sample) : PlatformEndpoints<SocketsPlatformFixture>(sample);

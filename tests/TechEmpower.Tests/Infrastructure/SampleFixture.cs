@@ -141,6 +141,16 @@ public abstract class LinuxIoUringFixture(string mode) : SampleFixture("linux", 
     protected override IReadOnlyList<string> ExtraArguments => ["--io", "io_uring"];
 }
 
+/// <summary>The Linux transport with Adaptive scheduling (<c>--scheduling adaptive</c>), with the sample's other defaults.</summary>
+public abstract class LinuxAdaptiveFixture(string mode) : SampleFixture("linux", mode)
+{
+    /// <inheritdoc />
+    public override Regex ExpectedTransport { get; } = new(@"^TechEmpower: transport=linux threads=\d+ scheduling=Adaptive io=Epoll ");
+
+    /// <inheritdoc />
+    protected override IReadOnlyList<string> ExtraArguments => ["--scheduling", "adaptive"];
+}
+
 /// <summary>Kestrel's Sockets transport, default options.</summary>
 public abstract class SocketsFixture(string mode) : SampleFixture("sockets", mode)
 {
@@ -190,6 +200,10 @@ public sealed class LinuxPlatformFixture() : LinuxFixture("platform");
 public sealed class LinuxAioPlatformFixture() : LinuxAioFixture("platform");
 
 public sealed class LinuxIoUringMiddlewareFixture() : LinuxIoUringFixture("middleware");
+
+public sealed class LinuxAdaptiveMiddlewareFixture() : LinuxAdaptiveFixture("middleware");
+
+public sealed class LinuxAdaptivePlatformFixture() : LinuxAdaptiveFixture("platform");
 
 public sealed class LinuxIoUringPlatformFixture() : LinuxIoUringFixture("platform");
 

@@ -93,6 +93,7 @@ public sealed class SampleOptionsTests
     [InlineData("threadpool", SampleScheduling.ThreadPool)]
     [InlineData("inline", SampleScheduling.Inline)]
     [InlineData("Inline", SampleScheduling.Inline)]
+    [InlineData("adaptive", SampleScheduling.Adaptive)]
     public void Scheduling_accepts_each_mode(string value, SampleScheduling expected) =>
         Assert.Equal(expected, Parse("--scheduling", value).Scheduling);
 
@@ -173,6 +174,7 @@ public sealed class SampleOptionsTests
     [InlineData("Invalid thread count ' 2'", "--threads", " 2")]
     [InlineData("always schedules inline", "--transport", "sockets-inline", "--scheduling", "threadpool")]
     [InlineData("does not apply to the libuv transport", "--transport", "libuv", "--scheduling", "inline")]
+    [InlineData("Scheduling 'adaptive' is the linux transport's", "--transport", "sockets", "--scheduling", "adaptive")]
     [InlineData("Unknown I/O backend 'uring'", "--io", "uring")]
     [InlineData("unknown tuning switch 'OneShotRegistrations'", "--tuning", "OneShotRegistrations=true")]
     [InlineData("'maybe' is not true or false", "--tuning", "DeferSend=maybe")]
