@@ -1,7 +1,6 @@
 using System.Diagnostics.CodeAnalysis;
 using System.Globalization;
 using Kestrel.Transport.Linux;
-using Kestrel.Transport.Linux.Hosting;
 
 namespace TechEmpower;
 
@@ -304,7 +303,7 @@ public sealed class SampleOptions
                     break;
 
                 case "TUNING":
-                    if (new TransportTuning().Apply(value) is { } tuningError)
+                    if (TransportTuning.Check(value) is { } tuningError)
                     {
                         error = $"Invalid '--tuning {value}': {tuningError}";
                         return false;
