@@ -45,7 +45,7 @@ internal sealed class LinuxTransportFactory : IConnectionListenerFactory, IConne
         _logger = loggerFactory.CreateLogger(TransportLog.Category);
         _memoryPoolFactory = memoryPoolFactory ?? SharedArrayPoolFactory.Instance;
         _metrics = new TransportMetrics(meterFactory);
-        TransportLog.Features(_logger, System.Runtime.InteropServices.RuntimeInformation.OSDescription, KernelFeatures.Current);
+        TransportLog.Features(_logger, System.Runtime.InteropServices.RuntimeInformation.OSDescription, KernelFeatures.For(_options));
     }
 
     /// <summary>The loops of the current group, for diagnostics and tests; empty before the first bind.</summary>
