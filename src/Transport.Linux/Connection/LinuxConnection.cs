@@ -44,8 +44,6 @@ internal sealed class LinuxConnection : ConnectionContext,
     /// </summary>
     public const uint RegistrationEvents = Epoll.EPOLLIN | Epoll.EPOLLOUT | Epoll.EPOLLRDHUP | Epoll.EPOLLET;
 
-    private static long s_lastId;
-
     private readonly FeatureCollection _features = new();
     private string? _connectionId;
     private IDictionary<object, object?>? _items;
@@ -90,7 +88,7 @@ internal sealed class LinuxConnection : ConnectionContext,
 
     public override string ConnectionId
     {
-        get => _connectionId ??= $"L{Interlocked.Increment(ref s_lastId):X8}";
+        get => _connectionId ??= ConnectionIds.Next();
         set => _connectionId = value;
     }
 
