@@ -291,6 +291,11 @@ if [[ "$count" -ne "$THREADS" ]]; then
 fi
 log "port $PORT has $count listening sockets owned by the app (one per loop thread)"
 
+# ... and says so at the default log level, in one line naming the endpoint, the loops and the engine.
+serving="Kestrel.Transport.Linux is serving 127.0.0.1:$PORT on $THREADS event loops: epoll, native engine, ThreadPool scheduling."
+grep -Fq "$serving" "$APP_LOG" || fail "the app's log lacks the start-up line '$serving'."
+log "the app logged '$serving'"
+
 # ---- 6. stop it ----------------------------------------------------------------------------------
 kill -TERM "$APP_PID"
 deadline=$((SECONDS + STOP_TIMEOUT))

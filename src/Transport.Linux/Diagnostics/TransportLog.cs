@@ -8,8 +8,8 @@ internal static partial class TransportLog
 {
     public const string Category = "Kestrel.Transport.Linux";
 
-    [LoggerMessage(1, LogLevel.Information, "UseLinuxTransport() has no effect on {OperatingSystem}: Kestrel stays on the Sockets transport.")]
-    public static partial void NotLinux(ILogger logger, string operatingSystem);
+    [LoggerMessage(1, LogLevel.Information, "UseLinuxTransport() has no effect: {Reason}. Kestrel stays on the Sockets transport.")]
+    public static partial void TransportOff(ILogger logger, string reason);
 
     [LoggerMessage(2, LogLevel.Debug, "Started {ThreadCount} event loops, scheduling {SchedulingMode}, {Engine} I/O engine.")]
     public static partial void LoopsStarted(ILogger logger, int threadCount, ApplicationSchedulingMode schedulingMode, string engine);
@@ -70,4 +70,7 @@ internal static partial class TransportLog
 
     [LoggerMessage(21, LogLevel.Information, "IoBackend=Auto: the loops run on epoll: with ThreadPool scheduling io_uring measured no better than epoll (docs/performance.md).")]
     public static partial void AutoChoseEpoll(ILogger logger);
+
+    [LoggerMessage(22, LogLevel.Information, "Kestrel.Transport.Linux is serving {EndPoints} on {ThreadCount} event loops: {Engine} engine, {SchedulingMode} scheduling.")]
+    public static partial void Serving(ILogger logger, string endPoints, int threadCount, string engine, ApplicationSchedulingMode schedulingMode);
 }
