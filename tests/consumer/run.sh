@@ -144,6 +144,40 @@ for pair in "${native_pairs[@]}"; do
     log "$entry is $machine, with its io_uring engine"
 done
 
+# On Alpine (musl) the package has no asset of its own. Where the .NET host takes the linux-x64 one, it must load in
+# a musl process and work; where it does not take it, the transport runs its managed engine (the test suites'
+# LinuxManaged kind). The first half is checked here with musl-gcc (Debian's musl-tools; .ci/run installs it).
+if command -v musl-gcc > /dev/null 2>&1; then
+    cat > "$WORK_DIR/musl-load.c" <<'C'
+#include <dlfcn.h>
+#include <stdio.h>
+int main(int argc, char **argv)
+{
+    void *library = dlopen(argv[1], RTLD_NOW);
+    if (library == NULL) {
+        printf("dlopen failed: %s\n", dlerror());
+        return 1;
+    }
+    int (*abi)(void) = (int (*)(void))dlsym(library, "ktl_abi_version");
+    int (*ring)(void) = (int (*)(void))dlsym(library, "ktl_ring_supported");
+    if (abi == NULL || ring == NULL) {
+        printf("missing symbols\n");
+        return 1;
+    }
+    printf("abi %d, io_uring engine %d\n", abi(), ring());
+    return 0;
+}
+C
+    musl-gcc -o "$WORK_DIR/musl-load" "$WORK_DIR/musl-load.c" || fail "musl-gcc could not build the load check."
+    musl_said="$("$WORK_DIR/musl-load" "$WORK_DIR/linux-x64-libktl_native.so" 2>&1)" \
+        || fail "runtimes/linux-x64/native/libktl_native.so does not load in a musl process: $musl_said"
+    log "runtimes/linux-x64/native/libktl_native.so loads in a musl process ($musl_said)"
+elif [[ "${KTL_REQUIRE_ARM64:-0}" == "1" ]]; then
+    fail "musl-gcc is missing (apt-get install musl-tools; .ci/run installs it)."
+else
+    log "SKIPPED the musl load check: musl-gcc is not on PATH (apt-get install musl-tools)."
+fi
+
 # ---- 2b. symbols ---------------------------------------------------------------------------------
 # The portable PDB is in the .snupkg. Its SourceLink map (the SDK's own) points a debugger at the packed
 # commit on the repository's host; the SDK writes one only when the origin remote is on a host it knows.
