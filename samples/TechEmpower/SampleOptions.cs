@@ -100,7 +100,8 @@ public sealed class SampleOptions
           --tuning NAME=VALUE[,...]  linux, for benchmarks only: sets the transport's internal measurement
                                      switches (DeferSend, SendFromThreadPool, CoalesceThreadPoolSends,
                                      MaxBytesPerRead, SchedBatchLoops, TcpQuickAck,
-                                     TcpNotSentLowAtBytes, UseNativeEngine), which no configuration reaches.
+                                     TcpNotSentLowAtBytes, UseNativeEngine, ZeroCopyWhenKernelCopies),
+                                     which no configuration reaches.
           -h, --help                 Show this help.
 
         Other Linux transport options bind from configuration, for example the environment variable

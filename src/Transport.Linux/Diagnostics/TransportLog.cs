@@ -20,7 +20,7 @@ internal static partial class TransportLog
     [LoggerMessage(4, LogLevel.Debug, "Loop {Loop} stopped.")]
     public static partial void LoopStopped(ILogger logger, int loop);
 
-    [LoggerMessage(5, LogLevel.Warning, "Loop {Loop}: Linux AIO is unavailable, using readv/writev instead: {Reason}.")]
+    [LoggerMessage(5, LogLevel.Warning, "Loop {Loop}: Linux AIO is unavailable, using readv and sendmsg instead: {Reason}.")]
     public static partial void AioUnavailable(ILogger logger, int loop, string reason);
 
     [LoggerMessage(6, LogLevel.Debug, "Bound {EndPoint} on {Loops} loops ({Mode}).")]

@@ -28,7 +28,7 @@ internal sealed class TransportMetrics : IDisposable
         AcceptErrors = _meter.CreateCounter<long>(
             "kestrel.transport.linux.accept.errors", "{error}", "Failed accept4 calls, tagged with the errno name; the listener backs off and retries.");
         AioFallbacks = _meter.CreateCounter<long>(
-            "kestrel.transport.linux.aio.fallbacks", "{loop}", "Loops that asked for Linux AIO and fell back to readv/writev.");
+            "kestrel.transport.linux.aio.fallbacks", "{loop}", "Loops that asked for Linux AIO and fell back to Epoll (readv and sendmsg).");
         IoUringFallbacks = _meter.CreateCounter<long>(
             "kestrel.transport.linux.io_uring.fallbacks", "{loop}", "Loops that IoBackend=Auto (or a failed ring) ran on epoll because io_uring was unavailable.");
         EventsPerPass = _meter.CreateHistogram<int>(
