@@ -44,35 +44,27 @@ public sealed partial class SocketFeatureTests(ITestOutputHelper output)
         Assert.True(socket.GetRawSocketOption(IPPROTO_TCP, TCP_INFO, info) > 0);
         Assert.Equal(TCP_ESTABLISHED, info[0]);
 
-        await EchoOnceAsync(client, connection);
+        await connection.AssertEchoOnceAsync(client);
         await transport.StopAsync();
     }
 
     /// <summary>The peer's pid, uid and gid of a Unix socket connection (SO_PEERCRED, unix(7)): this process, the client.</summary>
     [Theory]
     [MemberData(nameof(Transports.ConnectionLevel), MemberType = typeof(Transports))]
-    public async Task On_a_Unix_socket_it_reads_the_peer_s_credentials(TransportKind kind)
+    public Task On_a_Unix_socket_it_reads_the_peer_s_credentials(TransportKind kind) => WithSocketPathAsync(async path =>
     {
-        var directory = Directory.CreateTempSubdirectory("ktl-feature-");
-        try
-        {
-            await using var transport = TestTransport.Create(kind, output);
-            var listener = await transport.BindAsync(new UnixDomainSocketEndPoint(Path.Combine(directory.FullName, "feature.sock")));
-            using var client = await TestSockets.ConnectAsync(listener.EndPoint);
-            var connection = await transport.AcceptAsync(listener);
+        await using var transport = TestTransport.Create(kind, output);
+        var listener = await transport.BindAsync(new UnixDomainSocketEndPoint(path));
+        using var client = await TestSockets.ConnectAsync(listener.EndPoint);
+        var connection = await transport.AcceptAsync(listener);
 
-            var credentials = new byte[12]; // struct ucred: pid, uid, gid
-            Assert.Equal(12, SocketOf(connection).GetRawSocketOption(SOL_SOCKET, SO_PEERCRED, credentials));
-            Assert.Equal(Environment.ProcessId, BitConverter.ToInt32(credentials, 0));
+        var credentials = new byte[12]; // struct ucred: pid, uid, gid
+        Assert.Equal(12, SocketOf(connection).GetRawSocketOption(SOL_SOCKET, SO_PEERCRED, credentials));
+        Assert.Equal(Environment.ProcessId, BitConverter.ToInt32(credentials, 0));
 
-            await EchoOnceAsync(client, connection);
-            await transport.StopAsync();
-        }
-        finally
-        {
-            directory.Delete(recursive: true);
-        }
-    }
+        await connection.AssertEchoOnceAsync(client);
+        await transport.StopAsync();
+    });
 
     /// <summary>
     /// Unlike the Sockets transport's, this Socket does not own the connection: disposing it closes nothing, and the
@@ -80,37 +72,28 @@ public sealed partial class SocketFeatureTests(ITestOutputHelper output)
     /// </summary>
     [Theory]
     [MemberData(nameof(Transports.LinuxOnly), MemberType = typeof(Transports))]
-    public async Task Disposing_the_socket_leaves_the_connection_and_the_socket_file_alone(TransportKind kind)
+    public Task Disposing_the_socket_leaves_the_connection_and_the_socket_file_alone(TransportKind kind) => WithSocketPathAsync(async path =>
     {
-        var directory = Directory.CreateTempSubdirectory("ktl-feature-");
-        try
+        await using var transport = TestTransport.Create(kind, output);
+        foreach (EndPoint endPoint in new EndPoint[] { s_loopback, new UnixDomainSocketEndPoint(path) })
         {
-            var path = Path.Combine(directory.FullName, "feature.sock");
-            await using var transport = TestTransport.Create(kind, output);
-            foreach (EndPoint endPoint in new EndPoint[] { s_loopback, new UnixDomainSocketEndPoint(path) })
+            var listener = await transport.BindAsync(endPoint);
+            using var client = await TestSockets.ConnectAsync(listener.EndPoint);
+            var connection = await transport.AcceptAsync(listener);
+            int fd = checked((int)SocketOf(connection).Handle);
+
+            SocketOf(connection).Dispose();
+
+            Assert.True(fcntl(fd, 1 /* F_GETFD */) >= 0, $"fd {fd} was closed with the Socket ({endPoint}).");
+            for (int round = 0; round < 3; round++)
             {
-                var listener = await transport.BindAsync(endPoint);
-                using var client = await TestSockets.ConnectAsync(listener.EndPoint);
-                var connection = await transport.AcceptAsync(listener);
-                int fd = checked((int)SocketOf(connection).Handle);
-
-                SocketOf(connection).Dispose();
-
-                Assert.True(fcntl(fd, 1 /* F_GETFD */) >= 0, $"fd {fd} was closed with the Socket ({endPoint}).");
-                for (int round = 0; round < 3; round++)
-                {
-                    await EchoOnceAsync(client, connection);
-                }
+                await connection.AssertEchoOnceAsync(client);
             }
+        }
 
-            Assert.True(File.Exists(path), "Disposing the Socket of a Unix socket connection deleted the listener's socket file.");
-            await transport.StopAsync();
-        }
-        finally
-        {
-            directory.Delete(recursive: true);
-        }
-    }
+        Assert.True(File.Exists(path), "Disposing the Socket of a Unix socket connection deleted the listener's socket file.");
+        await transport.StopAsync();
+    });
 
     /// <summary>Once the connection has closed, the Socket throws instead of reaching an fd number the kernel may have reused.</summary>
     [Theory]
@@ -122,7 +105,7 @@ public sealed partial class SocketFeatureTests(ITestOutputHelper output)
         using var client = await TestSockets.ConnectAsync(listener.EndPoint);
         var connection = await transport.AcceptAsync(listener);
         var socket = SocketOf(connection);
-        await EchoOnceAsync(client, connection);
+        await connection.AssertEchoOnceAsync(client);
 
         var closed = connection.WaitForConnectionClosedAsync();
         client.Shutdown(SocketShutdown.Send);
@@ -156,15 +139,18 @@ public sealed partial class SocketFeatureTests(ITestOutputHelper output)
         }
     }
 
-    private static async Task EchoOnceAsync(Socket client, ConnectionContext connection)
+    /// <summary>Runs <paramref name="test"/> with the path of a Unix socket in a directory of its own, removed afterwards.</summary>
+    private static async Task WithSocketPathAsync(Func<string, Task> test)
     {
-        var message = "ping"u8.ToArray();
-        await client.SendAllAsync(message);
-        Assert.Equal(message, await connection.ReadExactlyAsync(message.Length));
-        await connection.Transport.Output.WriteAsync(message).AsTask().WaitAsync(TestTimeouts.Default);
-        var reply = new byte[message.Length];
-        await client.ReceiveExactlyAsync(reply);
-        Assert.Equal(message, reply);
+        var directory = Directory.CreateTempSubdirectory("ktl-feature-");
+        try
+        {
+            await test(Path.Combine(directory.FullName, "feature.sock"));
+        }
+        finally
+        {
+            directory.Delete(recursive: true);
+        }
     }
 
     /// <summary>getsockopt(2) on the Socket's fd through libc, so the check does not rest on the Socket's own reading.</summary>
