@@ -71,9 +71,12 @@ switch (options.Transport)
 
             if (options.Scheduling is SampleScheduling scheduling)
             {
-                o.ApplicationSchedulingMode = scheduling == SampleScheduling.Inline
-                    ? ApplicationSchedulingMode.Inline
-                    : ApplicationSchedulingMode.ThreadPool;
+                o.ApplicationSchedulingMode = scheduling switch
+                {
+                    SampleScheduling.Inline => ApplicationSchedulingMode.Inline,
+                    SampleScheduling.Adaptive => ApplicationSchedulingMode.Adaptive,
+                    _ => ApplicationSchedulingMode.ThreadPool,
+                };
             }
 
             if (options.Io is IoBackend io)

@@ -34,6 +34,9 @@ public enum SampleScheduling
     /// transport's <c>UnsafePreferInlineScheduling</c> (which is <see cref="SampleTransport.SocketsInline"/>).
     /// </summary>
     Inline,
+
+    /// <summary>The Linux transport's Adaptive mode: on the loop thread while quick, moved off it when blocking.</summary>
+    Adaptive,
 }
 
 /// <summary>What serves the requests.</summary>
@@ -84,8 +87,8 @@ public sealed class SampleOptions
                                      libuv: the libuv comparator (needs libuv1 installed).
           --threads N                linux: ThreadCount (event-loop threads); sockets, sockets-inline:
                                      IOQueueCount; libuv: ThreadCount. Default: the transport's own.
-          --scheduling threadpool|inline
-                                     linux: ApplicationSchedulingMode (default threadpool).
+          --scheduling threadpool|inline|adaptive
+                                     linux: ApplicationSchedulingMode (default: the transport's).
                                      sockets: inline means sockets-inline. Not for libuv.
           --io epoll|aio|io_uring|auto
                                      linux: IoBackend. epoll: readv/sendmsg per socket; aio: each
@@ -258,8 +261,11 @@ public sealed class SampleOptions
                         case "INLINE":
                             result.Scheduling = SampleScheduling.Inline;
                             break;
+                        case "ADAPTIVE":
+                            result.Scheduling = SampleScheduling.Adaptive;
+                            break;
                         default:
-                            error = $"Unknown scheduling '{value}': expected 'threadpool' or 'inline'.";
+                            error = $"Unknown scheduling '{value}': expected 'threadpool', 'inline' or 'adaptive'.";
                             return false;
                     }
 
@@ -328,6 +334,10 @@ public sealed class SampleOptions
         // The combinations are checked once every option is known, so their order does not matter.
         switch (result.Transport)
         {
+            case SampleTransport.Sockets or SampleTransport.SocketsInline when result.Scheduling == SampleScheduling.Adaptive:
+                error = "Scheduling 'adaptive' is the linux transport's; Sockets has 'threadpool' and 'inline' only.";
+                return false;
+
             case SampleTransport.Sockets when result.Scheduling == SampleScheduling.Inline:
                 // The older spelling of the same configuration.
                 result.Transport = SampleTransport.SocketsInline;

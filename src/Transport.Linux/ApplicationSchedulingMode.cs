@@ -8,13 +8,25 @@ public enum ApplicationSchedulingMode
 {
     /// <summary>
     /// Continuations are queued to the .NET thread pool, batched per event loop so that a
-    /// loop pass costs one thread-pool work item, not one per connection. Safe for any app.
+    /// loop pass costs one thread-pool work item, not one per connection. Safe for any app,
+    /// and a fixed choice: every request pays the hand-off to a pool thread.
     /// </summary>
     ThreadPool = 0,
 
     /// <summary>
     /// Continuations run on the event-loop thread itself, with no thread hop. Only for apps
-    /// that never block: a blocking call stalls every connection owned by that loop.
+    /// that never block: a blocking call stalls every connection owned by that loop for as
+    /// long as it blocks. This is what Kestrel's Sockets transport calls
+    /// <c>UnsafePreferInlineScheduling</c>.
     /// </summary>
     Inline = 1,
+
+    /// <summary>
+    /// Continuations run on the event-loop thread while they are quick, as with <see cref="Inline"/>. When one
+    /// blocks or runs long (over about a millisecond), the loop moves to another thread, so its other
+    /// connections keep being served, and the connection that blocked runs on the thread pool from then on,
+    /// as with <see cref="ThreadPool"/>. On the io_uring engine, whose ring cannot change threads, it
+    /// schedules as <see cref="ThreadPool"/> does.
+    /// </summary>
+    Adaptive = 2,
 }

@@ -121,7 +121,7 @@ public sealed class LinuxTransportOptions
 
         if (!Enum.IsDefined(ApplicationSchedulingMode))
         {
-            yield return $"{nameof(LinuxTransportOptions)}.{nameof(ApplicationSchedulingMode)} must be ThreadPool or Inline, but was {(int)ApplicationSchedulingMode}.";
+            yield return $"{nameof(LinuxTransportOptions)}.{nameof(ApplicationSchedulingMode)} must be ThreadPool, Inline or Adaptive, but was {(int)ApplicationSchedulingMode}.";
         }
 
         if (!Enum.IsDefined(IoBackend))

@@ -5,6 +5,7 @@ using Kestrel.Transport.Linux.Diagnostics;
 using Kestrel.Transport.Linux.Engines;
 using Kestrel.Transport.Linux.Interop;
 using Kestrel.Transport.Linux.Loop;
+using Kestrel.Transport.Linux.Scheduling;
 using Microsoft.AspNetCore.Connections;
 using Microsoft.AspNetCore.Connections.Features;
 using Microsoft.AspNetCore.Http.Features;
@@ -18,7 +19,9 @@ namespace Kestrel.Transport.Linux.Connection;
 /// closing, aborting). The socket is owned here and closed by the lifetime, once.
 /// </summary>
 /// <remarks>
-/// <para><b>Which thread runs what.</b> Everything runs on the owning loop's thread, except:</para>
+/// <para><b>Which thread runs what.</b> Everything runs on the owning loop's thread (the thread that holds the loop
+/// now: with Adaptive scheduling the loop may move to another thread between two application continuations; see
+/// <see cref="EventLoop"/>), except:</para>
 /// <list type="bullet">
 /// <item><see cref="Abort"/>, <see cref="DisposeAsync"/> and <see cref="ConnectionClosed"/>'s
 /// callbacks, from any thread. Abort and dispose only record a reason and post to the loop; the callbacks run on
@@ -56,8 +59,10 @@ internal sealed class LinuxConnection : ConnectionContext,
         LocalEndPoint = localEndPoint;
         RemoteEndPoint = remoteEndPoint;
 
-        var input = new Pipe(loop.InputPipeOptions);
-        var output = new Pipe(loop.OutputPipeOptions);
+        var (inputOptions, outputOptions) = loop.PipeOptionsFor(this, out var scheduler);
+        Scheduler = scheduler;
+        var input = new Pipe(inputOptions);
+        var output = new Pipe(outputOptions);
         Transport = new DuplexPipe(input.Reader, output.Writer);
 
         bool tcp = remoteEndPoint is IPEndPoint;
@@ -84,6 +89,9 @@ internal sealed class LinuxConnection : ConnectionContext,
     public SendSide Send { get; }
 
     public ConnectionLifetime Lifetime { get; }
+
+    /// <summary>With Adaptive scheduling, where this connection's application continuations run; null otherwise.</summary>
+    public AdaptiveScheduler? Scheduler { get; }
 
     /// <summary>The socket's number while it is open (diagnostics, tests and the loop's registration).</summary>
     public int Fd => Socket.Value;

@@ -68,9 +68,18 @@ internal static partial class TransportLog
     [LoggerMessage(20, LogLevel.Warning, "Loop {Loop}: io_uring is not available for this loop, so it runs on epoll: {Reason}.")]
     public static partial void LoopIoUringUnavailable(ILogger logger, int loop, string reason);
 
-    [LoggerMessage(21, LogLevel.Information, "IoBackend=Auto: the loops run on epoll: with ThreadPool scheduling io_uring measured no better than epoll (docs/performance.md).")]
-    public static partial void AutoChoseEpoll(ILogger logger);
+    [LoggerMessage(21, LogLevel.Information, "IoBackend=Auto: the loops run on epoll with {SchedulingMode} scheduling: with ThreadPool scheduling io_uring measured no better than epoll, and with Adaptive scheduling only an epoll loop can move to another thread when the app blocks it (docs/performance.md).")]
+    public static partial void AutoChoseEpoll(ILogger logger, ApplicationSchedulingMode schedulingMode);
 
-    [LoggerMessage(22, LogLevel.Information, "Kestrel.Transport.Linux is serving {EndPoints} on {ThreadCount} event loops: {Engine} engine, {SchedulingMode} scheduling.")]
+    [LoggerMessage(22, LogLevel.Warning, "Connection {ConnectionId} ({RemoteEndPoint} to {LocalEndPoint}) held the thread of loop {Loop} for {Milliseconds:F1} ms inside application code (a blocking call or long computation). The loop moved to another thread meanwhile, and this connection runs on the thread pool for a while; its requests' TraceIdentifier starts with the connection id. {Skipped} more such cases since the last message.")]
+    public static partial void ContinuationBlockedLoop(ILogger logger, string connectionId, int loop, double milliseconds, System.Net.EndPoint? remoteEndPoint, System.Net.EndPoint? localEndPoint, int skipped);
+
+    [LoggerMessage(23, LogLevel.Warning, "Loop {Loop} is blocked inside application code, but the {Threads} threads the loops may use are all busy: it stays blocked until that code returns. Logged once.")]
+    public static partial void NoThreadForBlockedLoop(ILogger logger, int loop, int threads);
+
+    [LoggerMessage(24, LogLevel.Warning, "Loop {Loop} spent {Milliseconds:F1} ms in one pass, scheduling {SchedulingMode}: every connection of the loop waited that long. With Inline scheduling application code runs inside the pass, so a blocking call or long computation there does this; Adaptive scheduling moves such code off the loop. {Skipped} more such passes since the last message; kestrel.transport.linux.loop.long_passes counts them all.")]
+    public static partial void LongPass(ILogger logger, int loop, double milliseconds, ApplicationSchedulingMode schedulingMode, int skipped);
+
+    [LoggerMessage(25, LogLevel.Information, "Kestrel.Transport.Linux is serving {EndPoints} on {ThreadCount} event loops: {Engine} engine, {SchedulingMode} scheduling.")]
     public static partial void Serving(ILogger logger, string endPoints, int threadCount, string engine, ApplicationSchedulingMode schedulingMode);
 }

@@ -41,11 +41,16 @@ internal sealed class TransportMetrics : IDisposable
             "kestrel.transport.linux.zerocopy.completions", "{send}", "MSG_ZEROCOPY sends the kernel reported done, tagged kestrel.transport.linux.zerocopy.copied=true when it copied the data after all (always over loopback).");
         ZeroCopyRefusals = _meter.CreateCounter<long>(
             "kestrel.transport.linux.zerocopy.refused", "{send}", "MSG_ZEROCOPY sends the kernel refused with ENOBUFS (the socket's optmem limit, or the locked-memory limit); each went out again as a copying send.");
+        LoopHandoffs = _meter.CreateCounter<long>(
+            "kestrel.transport.linux.loop.handoffs", "{handoff}", "Times a loop was moved to another thread because an application continuation held its thread too long (Adaptive scheduling), tagged with the loop.");
+        LongPasses = _meter.CreateCounter<long>(
+            "kestrel.transport.linux.loop.long_passes", "{pass}", "Loop passes that took over 50 ms: something held the loop's thread (with Inline scheduling, application code that blocked), tagged with the loop.");
         SendQueueLength = _meter.CreateHistogram<int>(
             "kestrel.transport.linux.send.queue_length", "{connection}", "Connections whose deferred sends one pass coalesced into its send batch.");
 
         _meter.CreateObservableCounter("kestrel.transport.linux.loop.passes", () => Sum(static l => l.PassCount), "{pass}", "Event-loop passes (epoll_wait returns) since start.");
         _meter.CreateObservableCounter("kestrel.transport.linux.bytes", ObserveBytes, "By", "Bytes received and sent, tagged network.io.direction (receive, transmit).");
+        _meter.CreateObservableGauge("kestrel.transport.linux.loop.current_pass.duration", ObservePasses, "s", "How long each loop has been inside its current pass (0 while it waits for events), tagged with the loop: a loop stuck in application code shows here while it is stuck.");
     }
 
     public UpDownCounter<long> CurrentConnections { get; }
@@ -65,6 +70,13 @@ internal sealed class TransportMetrics : IDisposable
     public Histogram<int> SendQueueLength { get; }
 
     public Counter<long> ZeroCopySends { get; }
+
+    public Counter<long> LoopHandoffs { get; }
+
+    public Counter<long> LongPasses { get; }
+
+    /// <summary>The tag that names a loop (its index).</summary>
+    public const string LoopTag = "kestrel.transport.linux.loop";
 
     public Counter<long> ZeroCopyCompletions { get; }
 
@@ -117,6 +129,14 @@ internal sealed class TransportMetrics : IDisposable
         }
 
         return [new Measurement<long>(received, Received), new Measurement<long>(sent, Sent)];
+    }
+
+    private IEnumerable<Measurement<double>> ObservePasses()
+    {
+        lock (_gate)
+        {
+            return _loops.Select(static l => new Measurement<double>(l.CurrentPassDuration.TotalSeconds, l.MetricTag)).ToList();
+        }
     }
 
     private (long Passes, long Received, long Sent) _retired;

@@ -12,7 +12,7 @@ internal static class EngineChoice
 {
     /// <summary>
     /// For the group, before its loops exist: the backend the loops should run. <see cref="IoBackend.Auto"/> is io_uring
-    /// with Inline scheduling where a ring can be set up, and epoll otherwise. Throws when <see cref="IoBackend.IoUring"/>
+    /// with Inline scheduling where a ring can be set up, and epoll otherwise (and with ThreadPool or Adaptive scheduling). Throws when <see cref="IoBackend.IoUring"/>
     /// was asked for and cannot be had, naming the cause.
     /// </summary>
     public static IoBackend Resolve(LinuxTransportOptions options, ILogger logger, TransportMetrics metrics)
@@ -21,7 +21,7 @@ internal static class EngineChoice
         {
             if (options.IoBackend == IoBackend.Auto)
             {
-                TransportLog.AutoChoseEpoll(logger);
+                TransportLog.AutoChoseEpoll(logger, options.ApplicationSchedulingMode);
                 return IoBackend.Epoll;
             }
 
@@ -55,8 +55,10 @@ internal static class EngineChoice
     /// True when <paramref name="options"/>' backend may run on io_uring: <see cref="IoBackend.IoUring"/>, and
     /// <see cref="IoBackend.Auto"/> with Inline scheduling. Auto follows the measurements (docs/performance.md,
     /// "IoBackend.Auto"): with ThreadPool scheduling the pool threads send with sendmsg and io_uring measured no better
-    /// than epoll; with Inline scheduling, where the loop makes every send, it measured ahead. Nothing calls
-    /// io_uring_setup, not even to probe, unless this is true.
+    /// than epoll; with Inline scheduling, where the loop makes every send, it measured ahead. Adaptive scheduling runs
+    /// continuations on the loop only where the loop can move to another thread, which a ring cannot
+    /// (UringEngine.CanChangeThreads): on io_uring it would schedule as ThreadPool does, so Auto keeps epoll there too.
+    /// Nothing calls io_uring_setup, not even to probe, unless this is true.
     /// </summary>
     public static bool MayUseIoUring(LinuxTransportOptions options) =>
         options.IoBackend == IoBackend.IoUring

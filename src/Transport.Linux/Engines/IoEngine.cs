@@ -46,6 +46,13 @@ internal abstract class IoEngine : IDisposable
     public abstract bool UsesAio { get; }
 
     /// <summary>
+    /// True when the loop may move from one thread to another between passes (Adaptive scheduling): the
+    /// engine's kernel objects serve whichever thread calls it, one at a time. False where they belong to the
+    /// thread that set them up or submitted to them (an io_uring ring).
+    /// </summary>
+    public virtual bool CanChangeThreads => true;
+
+    /// <summary>
     /// Called once on the loop thread before anything else: binds the kernel state that belongs to one thread
     /// (an io_uring ring with a single issuer). Throws when the engine cannot run.
     /// </summary>

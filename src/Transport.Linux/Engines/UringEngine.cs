@@ -78,6 +78,14 @@ internal sealed unsafe class UringEngine : IoEngine
 
     public override bool AcceptsInKernel => true;
 
+    /// <summary>
+    /// A ring does not follow a loop to another thread: with SINGLE_ISSUER (which DEFER_TASKRUN needs) only the
+    /// thread that enabled it may submit (EEXIST for any other), and without it a thread that armed polls and accepts
+    /// cancels them all when it exits (ECANCELED), so no thread that ever held the loop could retire
+    /// (docs/architecture.md, "Adaptive scheduling and io_uring").
+    /// </summary>
+    public override bool CanChangeThreads => false;
+
     public override bool SendsZeroCopyAsOps => (Info.Abilities & NativeEngine.RingSendsZeroCopy) != 0;
 
     /// <summary>

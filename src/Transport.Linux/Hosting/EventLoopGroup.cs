@@ -18,18 +18,21 @@ internal sealed class EventLoopGroup
     private static readonly MemoryPoolOptions s_poolOptions = new() { Owner = "kestrel" };
 
     private readonly EventLoop[] _loops;
+    private readonly LoopMonitor? _monitor;
     private int _references;
 
     public EventLoopGroup(LinuxTransportOptions options, IMemoryPoolFactory<byte> poolFactory, ILogger logger, TransportMetrics metrics)
     {
         var backend = EngineChoice.Resolve(options, logger, metrics);
+        _monitor = options.ApplicationSchedulingMode == ApplicationSchedulingMode.Adaptive ? new LoopMonitor(options, logger) : null;
         _loops = new EventLoop[options.ThreadCount];
         try
         {
             for (int i = 0; i < _loops.Length; i++)
             {
                 var pool = poolFactory.Create(s_poolOptions);
-                _loops[i] = new EventLoop(i, options, backend, pool, logger, metrics);
+                _loops[i] = new EventLoop(i, options, backend, pool, logger, metrics, _monitor);
+                _monitor?.Add(_loops[i]);
             }
         }
         catch
@@ -47,7 +50,12 @@ internal sealed class EventLoopGroup
         {
             loop.Start();
         }
+
+        _monitor?.Start();
     }
+
+    /// <summary>The threads that hold the loops with Adaptive scheduling (diagnostics and tests); null otherwise.</summary>
+    public LoopThreads? Threads => _monitor?.Threads;
 
     public IReadOnlyList<EventLoop> Loops => _loops;
 
@@ -89,6 +97,7 @@ internal sealed class EventLoopGroup
         }
 
         await Task.WhenAll(_loops.Select(static l => l.Stopped));
+        _monitor?.Dispose();
         foreach (var loop in _loops)
         {
             loop.Join();

@@ -67,6 +67,18 @@ internal sealed class LinuxTransportFactory : IConnectionListenerFactory, IConne
         }
     }
 
+    /// <summary>The threads that hold the current group's loops with Adaptive scheduling (tests); null otherwise.</summary>
+    internal LoopThreads? LoopThreads
+    {
+        get
+        {
+            lock (_gate)
+            {
+                return _current?.Threads;
+            }
+        }
+    }
+
     public bool CanBind(EndPoint endpoint) => endpoint is IPEndPoint or UnixDomainSocketEndPoint or FileHandleEndPoint;
 
     public async ValueTask<IConnectionListener> BindAsync(EndPoint endpoint, CancellationToken cancellationToken = default)

@@ -42,6 +42,30 @@ internal sealed class TransportTuning
     public bool ZeroCopyWhenKernelCopies { get; set; }
 
     /// <summary>
+    /// Adaptive scheduling: how long one application continuation may hold its loop's thread before the monitor
+    /// moves the loop to another thread (microseconds, 100..1000000).
+    /// </summary>
+    public int AdaptiveThresholdMicroseconds { get; set; } = 1000;
+
+    /// <summary>
+    /// Adaptive scheduling: as <see cref="AdaptiveThresholdMicroseconds"/>, for a continuation whose thread is running
+    /// (computing, or preempted) rather than asleep in the kernel (microseconds, at least the former).
+    /// </summary>
+    public int AdaptiveRunningThresholdMicroseconds { get; set; } = 10_000;
+
+    /// <summary>Adaptive scheduling: how often the monitor looks at the loops while continuations run (milliseconds, 1..1000).</summary>
+    public int AdaptiveIntervalMilliseconds { get; set; } = 1;
+
+    /// <summary>Adaptive scheduling: how long a standby thread waits for a loop to take over before it exits (milliseconds).</summary>
+    public int StandbyRetireMilliseconds { get; set; } = 20_000;
+
+    /// <summary>Adaptive scheduling: the most threads that may hold, have held or wait to hold the loops (0: four per loop, and 4 more).</summary>
+    public int LoopThreadLimit { get; set; }
+
+    /// <summary>The cap on loop threads for <paramref name="loops"/> loops (see <see cref="LoopThreadLimit"/>).</summary>
+    public int MaxLoopThreads(int loops) => LoopThreadLimit > 0 ? Math.Max(LoopThreadLimit, loops) : (loops * 4) + 4;
+
+    /// <summary>
     /// Applies <c>Name=value</c> pairs separated by commas (for example <c>SendFromThreadPool=false,MaxBytesPerRead=4096</c>).
     /// Returns null, or the error: an unknown name or a value that does not parse.
     /// </summary>
@@ -68,6 +92,11 @@ internal sealed class TransportTuning
                 nameof(ZeroCopyWhenKernelCopies) => SetBool(value, v => ZeroCopyWhenKernelCopies = v),
                 nameof(MaxBytesPerRead) => SetInt(value, v => MaxBytesPerRead = v),
                 nameof(TcpNotSentLowAtBytes) => SetInt(value, v => TcpNotSentLowAtBytes = v),
+                nameof(AdaptiveThresholdMicroseconds) => SetInt(value, v => AdaptiveThresholdMicroseconds = v),
+                nameof(AdaptiveIntervalMilliseconds) => SetInt(value, v => AdaptiveIntervalMilliseconds = v),
+                nameof(AdaptiveRunningThresholdMicroseconds) => SetInt(value, v => AdaptiveRunningThresholdMicroseconds = v),
+                nameof(StandbyRetireMilliseconds) => SetInt(value, v => StandbyRetireMilliseconds = v),
+                nameof(LoopThreadLimit) => SetInt(value, v => LoopThreadLimit = v),
                 _ => $"unknown tuning switch '{name}'; known: {string.Join(", ", Names)}.",
             };
 
@@ -85,7 +114,8 @@ internal sealed class TransportTuning
     [
         nameof(DeferSend), nameof(SendFromThreadPool), nameof(CoalesceThreadPoolSends), nameof(MaxBytesPerRead),
         nameof(SchedBatchLoops), nameof(TcpQuickAck), nameof(TcpNotSentLowAtBytes), nameof(UseNativeEngine),
-        nameof(ZeroCopyWhenKernelCopies),
+        nameof(ZeroCopyWhenKernelCopies), nameof(AdaptiveThresholdMicroseconds), nameof(AdaptiveRunningThresholdMicroseconds), nameof(AdaptiveIntervalMilliseconds),
+        nameof(StandbyRetireMilliseconds), nameof(LoopThreadLimit),
     ];
 
     internal IEnumerable<string> Validate()
@@ -93,6 +123,26 @@ internal sealed class TransportTuning
         if (MaxBytesPerRead is < 2048 or > 1024 * 1024)
         {
             yield return $"{nameof(TransportTuning)}.{nameof(MaxBytesPerRead)} must be between 2048 and 1048576, but was {MaxBytesPerRead}.";
+        }
+
+        if (AdaptiveThresholdMicroseconds is < 100 or > 1_000_000)
+        {
+            yield return $"{nameof(TransportTuning)}.{nameof(AdaptiveThresholdMicroseconds)} must be between 100 and 1000000, but was {AdaptiveThresholdMicroseconds}.";
+        }
+
+        if (AdaptiveRunningThresholdMicroseconds < AdaptiveThresholdMicroseconds || AdaptiveRunningThresholdMicroseconds > 10_000_000)
+        {
+            yield return $"{nameof(TransportTuning)}.{nameof(AdaptiveRunningThresholdMicroseconds)} must be between {nameof(AdaptiveThresholdMicroseconds)} and 10000000, but was {AdaptiveRunningThresholdMicroseconds}.";
+        }
+
+        if (AdaptiveIntervalMilliseconds is < 1 or > 1000)
+        {
+            yield return $"{nameof(TransportTuning)}.{nameof(AdaptiveIntervalMilliseconds)} must be between 1 and 1000, but was {AdaptiveIntervalMilliseconds}.";
+        }
+
+        if (StandbyRetireMilliseconds < 1 || LoopThreadLimit < 0)
+        {
+            yield return $"{nameof(TransportTuning)}.{nameof(StandbyRetireMilliseconds)} must be positive and {nameof(LoopThreadLimit)} non-negative.";
         }
 
         if (TcpNotSentLowAtBytes < 0)

@@ -14,19 +14,43 @@ using Microsoft.Extensions.Logging;
 namespace Kestrel.Transport.Linux.Loop;
 
 /// <summary>
-/// One thread and its I/O engine. Each pass (<see cref="Run"/>): wait for events, accept, receive every
-/// readable socket in one batch, run the continuations queued to this loop, then send everything that was
-/// flushed during the pass in one batch. Connections never leave the loop that accepted them.
+/// An I/O engine and the passes that drive it. Each pass (<see cref="RunPasses"/>): wait for events, accept,
+/// receive every readable socket in one batch, run the application's continuations queued to this loop
+/// (Adaptive scheduling), run the transport's own queued work, then send everything that was flushed during
+/// the pass in one batch. Connections never leave the loop that accepted them.
 /// </summary>
+/// <remarks>
+/// <para><b>The loop's thread.</b> One thread at a time holds the loop (<see cref="LoopRunner"/>) and runs its
+/// passes; everything the remarks of <see cref="LinuxConnection"/> call "the loop thread" means that holder.
+/// With ThreadPool and Inline scheduling it is always the thread the loop started on. With Adaptive scheduling
+/// on an engine that may change threads (<see cref="IoEngine.CanChangeThreads"/>), the <see cref="LoopMonitor"/>
+/// may take the loop from a holder whose application continuation has run too long, and hand it to another
+/// thread (<see cref="LoopThreads"/>), which goes on with the next pass. That can happen only while the holder
+/// runs one of those continuations (<see cref="RunContinuations"/>), never in the middle of the loop's own code;
+/// once the continuation returns, the old holder leaves without touching the loop again.</para>
+/// <para>Other threads reach the loop only through <see cref="Schedule"/>/<see cref="Post"/>, the wake-up
+/// protocol (<see cref="LoopWakeup"/>) and the send lock (<see cref="SendSide.Lock"/>).</para>
+/// </remarks>
 internal sealed class EventLoop : PipeScheduler
 {
     /// <summary>While a dispatch batch is queued or running the loop waits at most this long (see <see cref="ComputeTimeout"/>).</summary>
     private const int DispatchPollMs = 1;
 
-    [ThreadStatic]
-    private static EventLoop? t_current;
+    /// <summary>A loop taken this many times within one second (Adaptive) starts its new connections on the pool.</summary>
+    private const int TakesBeforeNewConnectionsStartOnPool = 8;
+
+    /// <summary>How long new connections start on the pool after takes came that often (10 s).</summary>
+    private static readonly long s_poolStartSpell = Stopwatch.Frequency * 10;
+
+    /// <summary>At most one "blocked the loop" warning per loop per this long (10 s); the ones in between are counted in the next.</summary>
+    private static readonly long s_blockedLogInterval = Stopwatch.Frequency * 10;
+
+    /// <summary>A pass that takes longer than this (50 ms) is counted and logged as a long one: something held the loop's thread.</summary>
+    private static readonly long s_longPass = Stopwatch.Frequency / 20;
 
     private readonly ThreadPoolDispatchQueue? _dispatchQueue;
+    private readonly LoopMonitor? _monitor;
+    private readonly ConcurrentQueue<Continuation> _continuations = new();
     private readonly LoopWakeup _wakeup;
     private readonly Acceptor _acceptor;
     private readonly Thread _thread;
@@ -41,14 +65,35 @@ internal sealed class EventLoop : PipeScheduler
     private bool _stopRequested;
     private bool _abortOnStop;
     private bool _exited;
+    private bool _engineStarted;
     private int _threadId;
     private int _zeroCopyRefusedLogged;
+
+    // The hold on the loop (see the remarks): the holder's managed thread id, for IsLoopThread, and its
+    // LoopRunner, which the monitor watches. Both are cleared when the monitor takes the loop, and set by
+    // the next holder. _finalThread is the thread that ended the loop (Join).
+    private int _holderThreadId;
+    private LoopRunner? _runner;
+    private Thread? _finalThread;
+
+    // Adaptive scheduling, written by the monitor: takes in the current one-second window, and until when new
+    // connections start on the pool because takes came that often (0: they start on the loop).
+    private long _takeWindowStart;
+    private int _takesInWindow;
+    private long _newConnectionsOnPoolUntil;
+    private long _lastBlockedLog;
+    private int _blockedLogsSkipped;
+
+    // When the current pass began (0 while the loop waits), for the long-pass count and the meter's gauge.
+    private long _passStarted;
+    private long _lastLongPassLog;
+    private int _longPassLogsSkipped;
 
     // Totals read by the meter's observable instruments (the bytes of the pass batches are theirs).
     private long _passCount;
     private long _bytesSentOffLoop;
 
-    public EventLoop(int index, LinuxTransportOptions options, IoBackend backend, MemoryPool<byte> pool, ILogger logger, TransportMetrics metrics)
+    public EventLoop(int index, LinuxTransportOptions options, IoBackend backend, MemoryPool<byte> pool, ILogger logger, TransportMetrics metrics, LoopMonitor? monitor = null)
     {
         Index = index;
         Options = options;
@@ -66,18 +111,26 @@ internal sealed class EventLoop : PipeScheduler
         _dispatchQueue = options.ApplicationSchedulingMode == ApplicationSchedulingMode.Inline ? null : new ThreadPoolDispatchQueue(this, _wakeup);
         ApplicationScheduler = (PipeScheduler?)_dispatchQueue ?? Inline;
 
+        // Adaptive scheduling runs continuations here only where the loop can move to another thread when one
+        // blocks: with a monitor to see it, and an engine that does not belong to one thread. Elsewhere its
+        // connections schedule as ThreadPool does.
+        if (options.ApplicationSchedulingMode == ApplicationSchedulingMode.Adaptive && monitor is not null && Engine.CanChangeThreads)
+        {
+            _monitor = monitor;
+        }
+
         // Computed once per loop, not per connection. The transport's own side of each pipe (writing input,
         // reading output) continues on this loop, or, for output with pool sends, on the dispatch batch.
         long maxRead = options.MaxReadBufferSize ?? 0;
         long maxWrite = options.MaxWriteBufferSize ?? 0;
         InputPipeOptions = new PipeOptions(pool, ApplicationScheduler, this, maxRead, maxRead / 2, useSynchronizationContext: false);
-        var outputReaderScheduler = _dispatchQueue is not null && options.Tuning.SendFromThreadPool
+        _outputReaderScheduler = _dispatchQueue is not null && options.Tuning.SendFromThreadPool
             ? _dispatchQueue.CreateSendScheduler(options.Tuning.CoalesceThreadPoolSends)
             : (PipeScheduler)this;
 
         // With zero-copy sends the output pipes' blocks come back only once the kernel is done with them.
         ZeroCopyPool = options.ZeroCopySendThreshold > 0 ? new ZeroCopyMemoryPool(pool) : null;
-        OutputPipeOptions = new PipeOptions(ZeroCopyPool ?? pool, outputReaderScheduler, ApplicationScheduler, maxWrite, maxWrite / 2, useSynchronizationContext: false);
+        OutputPipeOptions = new PipeOptions(ZeroCopyPool ?? pool, _outputReaderScheduler, ApplicationScheduler, maxWrite, maxWrite / 2, useSynchronizationContext: false);
 
         if (options.BusyPollMicroseconds > 0)
         {
@@ -88,11 +141,17 @@ internal sealed class EventLoop : PipeScheduler
             }
         }
 
-        _thread = new Thread(Run) { IsBackground = true, Name = $"Kestrel Linux loop {index}" };
+        MetricTag = new KeyValuePair<string, object?>(TransportMetrics.LoopTag, index);
+        _thread = new Thread(Run) { IsBackground = true, Name = ThreadName };
         metrics.Add(this);
     }
 
+    private readonly PipeScheduler _outputReaderScheduler;
+
     public int Index { get; }
+
+    /// <summary>The name of the thread that holds the loop.</summary>
+    public string ThreadName => $"Kestrel Linux loop {Index}";
 
     public LinuxTransportOptions Options { get; }
 
@@ -121,6 +180,19 @@ internal sealed class EventLoop : PipeScheduler
 
     public long PassCount => Volatile.Read(ref _passCount);
 
+    /// <summary>How long the loop has been inside its current pass (zero while it waits for events): the meter's view of a blocked loop.</summary>
+    public TimeSpan CurrentPassDuration
+    {
+        get
+        {
+            long started = Volatile.Read(ref _passStarted);
+            return started == 0 ? TimeSpan.Zero : Stopwatch.GetElapsedTime(started);
+        }
+    }
+
+    /// <summary>The meter's tag for this loop.</summary>
+    public KeyValuePair<string, object?> MetricTag { get; }
+
     public long BytesReceived => _batches.BytesReceived;
 
     public long BytesSent => _batches.BytesSent + Volatile.Read(ref _bytesSentOffLoop);
@@ -128,10 +200,77 @@ internal sealed class EventLoop : PipeScheduler
     /// <summary>Completes when the thread has exited and every fd it owned is closed.</summary>
     public Task Stopped => _stopped.Task;
 
-    /// <summary>True on this loop's own thread.</summary>
-    public bool IsLoopThread => t_current == this;
+    /// <summary>True on the thread that holds this loop now (see the remarks).</summary>
+    public bool IsLoopThread => Volatile.Read(ref _holderThreadId) == Environment.CurrentManagedThreadId;
 
-    public void Start() => _thread.Start();
+    /// <summary>True when application continuations run on this loop's thread while they are quick (Adaptive scheduling).</summary>
+    public bool RunsContinuations => _monitor is not null;
+
+    /// <summary>The current hold on the loop (the monitor's view); null before the loop starts and between a take and the next holder.</summary>
+    public LoopRunner? Runner => Volatile.Read(ref _runner);
+
+    public void Start()
+    {
+        _monitor?.Threads.Joining();
+        _thread.Start();
+    }
+
+    /// <summary>
+    /// The pipe options for a new connection: the loop's shared ones, or, with Adaptive scheduling, options whose
+    /// application side is the connection's own <see cref="AdaptiveScheduler"/> (it decides per connection).
+    /// </summary>
+    public (PipeOptions Input, PipeOptions Output) PipeOptionsFor(LinuxConnection connection, out AdaptiveScheduler? scheduler)
+    {
+        if (_monitor is null && Options.ApplicationSchedulingMode != ApplicationSchedulingMode.Adaptive)
+        {
+            scheduler = null;
+            return (InputPipeOptions, OutputPipeOptions);
+        }
+
+        scheduler = new AdaptiveScheduler(this, connection, _dispatchQueue!);
+        var input = InputPipeOptions;
+        var output = OutputPipeOptions;
+        return (
+            new PipeOptions(input.Pool, scheduler, this, input.PauseWriterThreshold, input.ResumeWriterThreshold, useSynchronizationContext: false),
+            new PipeOptions(output.Pool, _outputReaderScheduler, scheduler, output.PauseWriterThreshold, output.ResumeWriterThreshold, useSynchronizationContext: false));
+    }
+
+    /// <summary>
+    /// An application continuation of <paramref name="connection"/>, scheduled by its <see cref="AdaptiveScheduler"/>:
+    /// queued to run on this loop later in the pass, and true; false when it must go to the pool instead (not on the
+    /// loop's thread, or no Adaptive scheduling here).
+    /// </summary>
+    public bool QueueContinuation(Action<object?> action, object? state, LinuxConnection connection)
+    {
+        if (_monitor is null || !IsLoopThread)
+        {
+            return false;
+        }
+
+        _continuations.Enqueue(new Continuation(action, state, connection));
+
+        // Should the loop have been taken from this thread just now, its next holder must not sleep through this.
+        Interlocked.MemoryBarrier();
+        if (!IsLoopThread)
+        {
+            _wakeup.Wake();
+        }
+
+        return true;
+    }
+
+    /// <summary>
+    /// True while new connections start on the pool (Adaptive): the loop was taken often enough lately that one
+    /// take per new connection would stall the others too often (an endpoint that blocks, on short connections).
+    /// </summary>
+    public bool NewConnectionsStartOnPool
+    {
+        get
+        {
+            long until = Volatile.Read(ref _newConnectionsOnPoolUntil);
+            return until != 0 && Stopwatch.GetTimestamp() < until;
+        }
+    }
 
     /// <summary>
     /// Asks the loop to end: at once when <paramref name="abortConnections"/> (connections are reset),
@@ -159,9 +298,20 @@ internal sealed class EventLoop : PipeScheduler
             return;
         }
 
-        if (t_current == this)
+        if (IsLoopThread)
         {
-            return;
+            if (_monitor is null)
+            {
+                return;
+            }
+
+            // The loop may be taken from this thread at any time (Adaptive): only a check after the enqueue is
+            // visible tells that its next holder will see the work.
+            Interlocked.MemoryBarrier();
+            if (IsLoopThread)
+            {
+                return;
+            }
         }
 
         // Continuations that this loop's own dispatch batch schedules (each response flush of a pipelined
@@ -254,26 +404,45 @@ internal sealed class EventLoop : PipeScheduler
         }
     }
 
-    /// <summary>Waits for the thread to end (from a thread other than the loop's).</summary>
+    /// <summary>
+    /// Waits until the loop has ended and the thread that ended it has exited (from a thread other than the
+    /// loop's). A thread the loop was taken from may still be inside an application continuation.
+    /// </summary>
     public void Join()
     {
-        if (_thread.IsAlive && Thread.CurrentThread != _thread)
+        if (!_thread.IsAlive && _finalThread is null)
         {
-            _thread.Join();
+            return; // never started
         }
 
-        Debug.Assert(!_thread.IsAlive || Thread.CurrentThread == _thread);
+        Stopped.GetAwaiter().GetResult();
+        var final = Volatile.Read(ref _finalThread);
+        if (final is not null && final != Thread.CurrentThread)
+        {
+            final.Join();
+        }
     }
 
-    private void Run()
+    /// <summary>The loop's first thread: runs the passes, and after the loop was taken from it serves as a standby.</summary>
+    private void Run() => LoopThreads.Serve(this, _monitor?.Threads);
+
+    /// <summary>
+    /// Holds the loop and runs its passes on the calling thread: true once the loop has ended (it is shut down,
+    /// and the thread should exit), false when the monitor took the loop from this thread (which then touches
+    /// nothing of it again).
+    /// </summary>
+    internal bool RunPasses()
     {
-        t_current = this;
-        Volatile.Write(ref _threadId, Affinity.CurrentThreadId());
-        LoopThreadPolicy.Apply(Options, Index, Logger);
+        var runner = Hold();
         try
         {
-            Engine.Start();
-            TransportLog.LoopStarted(Logger, Index, Engine.Name, Engine.UsesAio);
+            if (!_engineStarted)
+            {
+                _engineStarted = true;
+                Engine.Start();
+                TransportLog.LoopStarted(Logger, Index, Engine.Name, Engine.UsesAio);
+            }
+
             while (true)
             {
                 int timeout = ComputeTimeout(out bool polling);
@@ -281,7 +450,7 @@ internal sealed class EventLoop : PipeScheduler
                 {
                     // Pairs with LoopWakeup.Wake: whoever enqueues after this sees the loop waiting and signals.
                     _wakeup.EnterWait(polling);
-                    if (!_workQueue.IsEmpty)
+                    if (!_workQueue.IsEmpty || !_continuations.IsEmpty)
                     {
                         timeout = 0;
                     }
@@ -289,6 +458,8 @@ internal sealed class EventLoop : PipeScheduler
 
                 int count = timeout != 0 && _spinTicks > 0 && !polling ? SpinThenWait(timeout) : Engine.Wait(timeout);
                 _wakeup.ExitWait();
+                long passStarted = Stopwatch.GetTimestamp();
+                Volatile.Write(ref _passStarted, passStarted);
                 Volatile.Write(ref _passCount, _passCount + 1);
                 if (Metrics.EventsPerPass.Enabled)
                 {
@@ -301,10 +472,16 @@ internal sealed class EventLoop : PipeScheduler
                 }
 
                 _batches.RunReceives();
+                if (!RunContinuations(runner))
+                {
+                    return false;
+                }
+
                 RunScheduledWork();
                 _batches.RunSends();
                 _acceptor.RetryBackedOff();
                 _dispatchQueue?.HelpIfStalled();
+                EndPass(passStarted);
 
                 if (_stopRequested && ReadyToExit())
                 {
@@ -317,10 +494,151 @@ internal sealed class EventLoop : PipeScheduler
             // Only a bug in the loop itself gets here; connections' faults are caught per connection.
             TransportLog.LoopFailed(Logger, Index, e);
         }
-        finally
+
+        Volatile.Write(ref _finalThread, Thread.CurrentThread);
+        Shutdown();
+        Volatile.Write(ref _holderThreadId, 0);
+        return true;
+    }
+
+    /// <summary>The calling thread takes hold of the loop: from now on it is the loop thread.</summary>
+    private LoopRunner Hold()
+    {
+        var runner = new LoopRunner(this);
+        Volatile.Write(ref _passStarted, 0); // the pass the loop was taken in is over
+        Volatile.Write(ref _holderThreadId, runner.ManagedThreadId);
+        Volatile.Write(ref _threadId, runner.ThreadId);
+        Volatile.Write(ref _runner, runner);
+        if (Thread.CurrentThread.Name != ThreadName)
         {
-            Shutdown();
-            t_current = null;
+            Thread.CurrentThread.Name = ThreadName; // a standby taking over, named for the loop it holds now
+        }
+
+        LoopThreadPolicy.Apply(Options, Index, Logger);
+        return runner;
+    }
+
+    /// <summary>
+    /// Monitor thread: takes the loop from <paramref name="runner"/>, whose continuation began at
+    /// <paramref name="started"/> and still runs. True when taken: nobody holds the loop until the caller hands
+    /// it to another thread (which calls <see cref="RunPasses"/>), and then calls <see cref="OnTaken"/>.
+    /// </summary>
+    internal bool TryTake(LoopRunner runner, long started)
+    {
+        if (!runner.TryTake(started))
+        {
+            return false;
+        }
+
+        Volatile.Write(ref _holderThreadId, 0);
+        Interlocked.CompareExchange(ref _runner, null, runner);
+        return true;
+    }
+
+    /// <summary>
+    /// Monitor thread, after a take: the connection that blocked goes to the pool for a while; a loop taken often
+    /// starts its new connections there.
+    /// </summary>
+    internal void OnTaken(LoopRunner runner)
+    {
+        long now = Stopwatch.GetTimestamp();
+        if (now - _takeWindowStart >= Stopwatch.Frequency)
+        {
+            _takeWindowStart = now;
+            _takesInWindow = 0;
+        }
+
+        if (++_takesInWindow >= TakesBeforeNewConnectionsStartOnPool)
+        {
+            Volatile.Write(ref _newConnectionsOnPoolUntil, now + s_poolStartSpell);
+        }
+
+        runner.Connection?.Scheduler?.Demote();
+        Metrics.LoopHandoffs.Add(1, MetricTag);
+    }
+
+    /// <summary>
+    /// Runs the application continuations queued this pass (Adaptive scheduling), each one watched by the
+    /// monitor. False when the loop was taken from this thread while one ran: the caller must return at once.
+    /// </summary>
+    private bool RunContinuations(LoopRunner runner)
+    {
+        // Only what was queued before this point, as RunScheduledWork.
+        int count = _continuations.IsEmpty ? 0 : _continuations.Count;
+        while (count-- > 0 && _continuations.TryDequeue(out var work))
+        {
+            long started = runner.BeginContinuation(work.Connection);
+            _monitor!.OnContinuationStarted();
+            try
+            {
+                work.Run();
+            }
+            catch (Exception e)
+            {
+                TransportLog.ScheduledWorkFailed(Logger, Index, e);
+            }
+
+            if (!runner.EndContinuation())
+            {
+                ReportBlocked(work.Connection, started);
+                return false;
+            }
+        }
+
+        return true;
+    }
+
+    /// <summary>
+    /// The end of a pass: one that took longer than <see cref="s_longPass"/> is counted, and logged at most once per
+    /// 10 s. With Inline scheduling that is the app blocking the loop; otherwise a very large batch, or a starved CPU.
+    /// </summary>
+    private void EndPass(long started)
+    {
+        Volatile.Write(ref _passStarted, 0);
+        long now = Stopwatch.GetTimestamp();
+        if (now - started < s_longPass)
+        {
+            return;
+        }
+
+        Metrics.LongPasses.Add(1, MetricTag);
+        if (RateLimit(ref _lastLongPassLog, ref _longPassLogsSkipped, now, out int skipped))
+        {
+            TransportLog.LongPass(Logger, Index, Stopwatch.GetElapsedTime(started, now).TotalMilliseconds, Options.ApplicationSchedulingMode, skipped);
+        }
+    }
+
+    /// <summary>True when a rate-limited message may be logged now (and how many were skipped since the last one).</summary>
+    private static bool RateLimit(ref long last, ref int skippedSince, long now, out int skipped)
+    {
+        skipped = 0;
+        long previous = Volatile.Read(ref last);
+        if (previous != 0 && now - previous < s_blockedLogInterval)
+        {
+            Interlocked.Increment(ref skippedSince);
+            return false;
+        }
+
+        if (Interlocked.CompareExchange(ref last, now, previous) != previous)
+        {
+            return false;
+        }
+
+        skipped = Interlocked.Exchange(ref skippedSince, 0);
+        return true;
+    }
+
+    /// <summary>
+    /// On the thread the loop was taken from, once the continuation that blocked has returned: a warning that
+    /// names the connection and how long it held the thread, at most once per loop per 10 s.
+    /// </summary>
+    private void ReportBlocked(LinuxConnection connection, long started)
+    {
+        long now = Stopwatch.GetTimestamp();
+        if (RateLimit(ref _lastBlockedLog, ref _blockedLogsSkipped, now, out int skipped))
+        {
+            TransportLog.ContinuationBlockedLoop(
+                Logger, connection.ConnectionId, Index, Stopwatch.GetElapsedTime(started, now).TotalMilliseconds, connection.RemoteEndPoint, connection.LocalEndPoint, skipped);
         }
     }
 
@@ -336,7 +654,7 @@ internal sealed class EventLoop : PipeScheduler
         do
         {
             int count = Engine.Wait(0);
-            if (count != 0 || !_workQueue.IsEmpty)
+            if (count != 0 || !_workQueue.IsEmpty || !_continuations.IsEmpty)
             {
                 return count;
             }
@@ -349,7 +667,7 @@ internal sealed class EventLoop : PipeScheduler
     private int ComputeTimeout(out bool polling)
     {
         polling = false;
-        if (_batches.HasQueued || !_workQueue.IsEmpty || (_stopRequested && ReadyToExit()))
+        if (_batches.HasQueued || !_workQueue.IsEmpty || !_continuations.IsEmpty || (_stopRequested && ReadyToExit()))
         {
             return 0;
         }
@@ -418,6 +736,11 @@ internal sealed class EventLoop : PipeScheduler
         while (_workQueue.TryDequeue(out var work))
         {
             System.Threading.ThreadPool.UnsafeQueueUserWorkItem(static w => w.Run(), work, preferLocal: false);
+        }
+
+        while (_continuations.TryDequeue(out var continuation))
+        {
+            System.Threading.ThreadPool.UnsafeQueueUserWorkItem(static c => c.Run(), continuation, preferLocal: false);
         }
     }
 

@@ -60,6 +60,7 @@ public sealed class KernelFeaturesTests
     [InlineData(IoBackend.Epoll, ApplicationSchedulingMode.Inline, false, false)]
     [InlineData(IoBackend.EpollAio, ApplicationSchedulingMode.ThreadPool, true, false)]
     [InlineData(IoBackend.Auto, ApplicationSchedulingMode.ThreadPool, false, false)]
+    [InlineData(IoBackend.Auto, ApplicationSchedulingMode.Adaptive, false, false)]
     [InlineData(IoBackend.Auto, ApplicationSchedulingMode.Inline, false, true)]
     [InlineData(IoBackend.IoUring, ApplicationSchedulingMode.ThreadPool, false, true)]
     public void Only_what_the_backend_may_use_is_probed(IoBackend backend, ApplicationSchedulingMode scheduling, bool aio, bool ring)

@@ -31,13 +31,15 @@ public sealed class IoBackendChoiceTests
         Assert.Equal(0, run.Fallbacks);
     }
 
-    [Fact]
-    public async Task Auto_with_ThreadPool_scheduling_runs_on_epoll_where_io_uring_measured_no_better_and_says_why()
+    [Theory]
+    [InlineData(ApplicationSchedulingMode.ThreadPool)]
+    [InlineData(ApplicationSchedulingMode.Adaptive)]
+    public async Task Auto_with_ThreadPool_or_Adaptive_scheduling_runs_on_epoll_and_says_why(ApplicationSchedulingMode scheduling)
     {
-        var run = await BindAsync(IoBackend.Auto, useNativeEngine: true, ApplicationSchedulingMode.ThreadPool);
+        var run = await BindAsync(IoBackend.Auto, useNativeEngine: true, scheduling);
 
         Assert.All(run.Backends, b => Assert.Equal(IoBackend.Epoll, b));
-        Assert.Contains(run.Logs, l => l.Level == LogLevel.Information && l.Message.Contains("with ThreadPool scheduling io_uring measured no better than epoll", StringComparison.Ordinal));
+        Assert.Contains(run.Logs, l => l.Level == LogLevel.Information && l.Message.Contains($"the loops run on epoll with {scheduling} scheduling: with ThreadPool scheduling io_uring measured no better than epoll, and with Adaptive scheduling only an epoll loop can move", StringComparison.Ordinal));
         Assert.DoesNotContain(run.Logs, l => l.Level >= LogLevel.Warning);
         Assert.Equal(0, run.Fallbacks);
     }

@@ -16,11 +16,8 @@ public sealed class SynchronousIoTests(ITestOutputHelper output)
 
     // Every kind but the inline ones: Inline scheduling runs the app on the loop thread, and an app that
     // blocks there waits for the loop it is blocking. That is Inline's documented contract.
-    public static TheoryData<TransportKind> KindsThatAllowBlocking =>
-        new(((IEnumerable<object[]>)Transports.HostLevel).Select(row => (TransportKind)row[0]).Where(kind => !kind.IsInline()));
-
     [Theory]
-    [MemberData(nameof(KindsThatAllowBlocking))]
+    [MemberData(nameof(Transports.AllowBlocking), MemberType = typeof(Transports))]
     public async Task Blocking_reads_and_writes_complete_under_backpressure(TransportKind kind)
     {
         await using var host = await TestHost.StartAsync(kind, output, EchoSynchronously, s =>

@@ -21,6 +21,7 @@ internal sealed class MeasurementRecorder : IDisposable
         };
         _listener.SetMeasurementEventCallback<long>((i, v, tags, _) => Record(i, v, tags));
         _listener.SetMeasurementEventCallback<int>((i, v, tags, _) => Record(i, v, tags));
+        _listener.SetMeasurementEventCallback<double>((i, v, tags, _) => Record(i, v, tags));
         _listener.Start();
     }
 
@@ -36,6 +37,9 @@ internal sealed class MeasurementRecorder : IDisposable
         => (long)_measurements.Where(m => m.Name == name && m.Tag == tag).Sum(m => m.Value);
 
     public int Count(string name) => _measurements.Count(m => m.Name == name);
+
+    /// <summary>The largest value recorded for <paramref name="name"/> (0 when none was).</summary>
+    public double Max(string name) => _measurements.Where(m => m.Name == name).Select(m => m.Value).DefaultIfEmpty(0).Max();
 
     public long Last(string name, string? tag = null)
         => (long)_measurements.Where(m => m.Name == name && m.Tag == tag).Select(m => m.Value).LastOrDefault();

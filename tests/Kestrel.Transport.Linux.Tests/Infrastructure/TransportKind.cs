@@ -61,6 +61,18 @@ public enum TransportKind
     /// completions of the ring.
     /// </summary>
     LinuxIoUringZeroCopy,
+
+    /// <summary>
+    /// The Linux transport, native epoll engine, with ApplicationSchedulingMode.Adaptive: continuations run on the
+    /// loop while quick, and a loop whose continuation blocks moves to another thread.
+    /// </summary>
+    LinuxAdaptive,
+
+    /// <summary>
+    /// Adaptive scheduling on the io_uring engine, whose ring cannot change threads: its connections schedule as
+    /// with ThreadPool (host tests only).
+    /// </summary>
+    LinuxIoUringAdaptive,
 }
 
 /// <summary>The theory data that selects transports, and the options each kind stands for.</summary>
@@ -74,7 +86,7 @@ public static class Transports
         new()
         {
             TransportKind.Sockets, TransportKind.LinuxNative, TransportKind.LinuxManaged, TransportKind.LinuxAio, TransportKind.LinuxZeroCopy,
-            TransportKind.LinuxIoUring, TransportKind.LinuxIoUringZeroCopy,
+            TransportKind.LinuxIoUring, TransportKind.LinuxIoUringZeroCopy, TransportKind.LinuxAdaptive,
         };
 
     /// <summary>Host-level tests: every kind, Inline included.</summary>
@@ -84,7 +96,12 @@ public static class Transports
             TransportKind.Sockets, TransportKind.LinuxNative, TransportKind.LinuxManaged, TransportKind.LinuxInline,
             TransportKind.LinuxInlineSpin, TransportKind.LinuxAio, TransportKind.LinuxImmediateSend, TransportKind.LinuxZeroCopy,
             TransportKind.LinuxIoUring, TransportKind.LinuxIoUringInline, TransportKind.LinuxIoUringZeroCopy,
+            TransportKind.LinuxAdaptive, TransportKind.LinuxIoUringAdaptive,
         };
+
+    /// <summary>Host-level kinds whose apps may block a thread: all but the Inline ones, whose contract is that they never do.</summary>
+    public static TheoryData<TransportKind> AllowBlocking =>
+        new(((IEnumerable<object[]>)HostLevel).Select(row => (TransportKind)row[0]).Where(kind => !kind.IsInline()));
 
     /// <summary>For behaviour only the Linux transport has (its own options).</summary>
     public static TheoryData<TransportKind> LinuxOnly =>
@@ -97,8 +114,8 @@ public static class Transports
     {
         options.ThreadCount = LinuxThreadCount;
         options.Tuning.UseNativeEngine = kind != TransportKind.LinuxManaged;
-        options.ApplicationSchedulingMode = kind.IsInline()
-            ? ApplicationSchedulingMode.Inline
+        options.ApplicationSchedulingMode = kind.IsAdaptive() ? ApplicationSchedulingMode.Adaptive
+            : kind.IsInline() ? ApplicationSchedulingMode.Inline
             : ApplicationSchedulingMode.ThreadPool;
         options.IoBackend = kind switch
         {
@@ -120,7 +137,13 @@ public static class Transports
     }
 
     /// <summary>True for the kinds on the io_uring engine.</summary>
-    public static bool UsesIoUring(this TransportKind kind) => kind is TransportKind.LinuxIoUring or TransportKind.LinuxIoUringInline or TransportKind.LinuxIoUringZeroCopy;
+    public static bool UsesIoUring(this TransportKind kind) => kind is TransportKind.LinuxIoUring or TransportKind.LinuxIoUringInline or TransportKind.LinuxIoUringZeroCopy or TransportKind.LinuxIoUringAdaptive;
+
+    /// <summary>True for the kinds with Adaptive scheduling.</summary>
+    public static bool IsAdaptive(this TransportKind kind) => kind is TransportKind.LinuxAdaptive or TransportKind.LinuxIoUringAdaptive;
+
+    /// <summary>True for the kinds whose loops run application continuations while they are quick, and move when one blocks.</summary>
+    public static bool RunsContinuationsOnLoop(this TransportKind kind) => kind == TransportKind.LinuxAdaptive;
 
     /// <summary>True for the kinds with zero-copy sends on (from 1 KiB, kept on over loopback).</summary>
     public static bool SendsZeroCopy(this TransportKind kind) => kind is TransportKind.LinuxZeroCopy or TransportKind.LinuxIoUringZeroCopy;
@@ -162,6 +185,9 @@ public static class Transports
             Assert.Equal(
                 kind.UsesIoUring() ? IoBackend.IoUring : kind == TransportKind.LinuxAio ? IoBackend.EpollAio : IoBackend.Epoll,
                 loop.Engine.Backend);
+
+            // An Adaptive kind that silently scheduled as ThreadPool would only repeat LinuxNative.
+            Assert.Equal(kind.RunsContinuationsOnLoop(), loop.RunsContinuations);
 
             // Without SENDMSG_ZC (Linux 6.2) the kind would only repeat LinuxZeroCopy's sendmsg(MSG_ZEROCOPY).
             Assert.Equal(kind == TransportKind.LinuxIoUringZeroCopy, kind.SendsZeroCopy() && loop.Engine.SendsZeroCopyAsOps);

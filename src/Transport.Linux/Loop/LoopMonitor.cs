@@ -1,0 +1,165 @@
+using System.Diagnostics;
+using Kestrel.Transport.Linux.Diagnostics;
+using Microsoft.Extensions.Logging;
+
+namespace Kestrel.Transport.Linux.Loop;
+
+/// <summary>
+/// With Adaptive scheduling, one thread per loop group that looks at each loop every
+/// <see cref="Hosting.TransportTuning.AdaptiveIntervalMilliseconds"/>: a loop whose thread has been inside one
+/// application continuation longer than <see cref="Hosting.TransportTuning.AdaptiveThresholdMicroseconds"/> and
+/// is asleep in the kernel (a blocking call), or longer than
+/// <see cref="Hosting.TransportTuning.AdaptiveRunningThresholdMicroseconds"/> whatever it does (a long
+/// computation), is taken from that thread and handed to another (<see cref="LoopThreads"/>), so the loop's
+/// other connections go on. A thread that is merely running or preempted (the JIT compiling a first request,
+/// a busy CPU) keeps its loop for the longer time: moving the loop would cost a thread switch and gain nothing. The idea is Go's: a goroutine that blocks in a system call has
+/// its processor handed to another thread by the scheduler's monitor.
+/// </summary>
+/// <remarks>
+/// It costs nothing on an idle server: after <see cref="IdleLooksBeforeParking"/> looks in a row in which no
+/// continuation ran, it parks until the next continuation starts (<see cref="OnContinuationStarted"/>, a read of
+/// one field per continuation). Parking and the loops' <see cref="LoopRunner.BeginContinuation"/> each write, fence
+/// and then read the other's field, so either the monitor sees the continuation or the loop sees it parked.
+/// </remarks>
+internal sealed class LoopMonitor : IDisposable
+{
+    /// <summary>Looks without any continuation before the monitor parks (with the default interval, 8 ms).</summary>
+    private const int IdleLooksBeforeParking = 8;
+
+    private readonly List<EventLoop> _loops = [];
+    private readonly long _thresholdTicks;
+    private readonly long _runningThresholdTicks;
+    private readonly long _lateTicks;
+    private long _lastLook;
+    private bool _lastWasLate;
+    private readonly int _interval;
+    private readonly ManualResetEventSlim _unpark = new(false, spinCount: 0);
+    private readonly ILogger _logger;
+    private readonly Thread _thread;
+    private long[] _seen = [];
+    private int _parked;
+    private volatile bool _stopping;
+    private int _noThreadLogged;
+
+    public LoopMonitor(LinuxTransportOptions options, ILogger logger)
+    {
+        _logger = logger;
+        _thresholdTicks = options.Tuning.AdaptiveThresholdMicroseconds * Stopwatch.Frequency / 1_000_000;
+        _runningThresholdTicks = options.Tuning.AdaptiveRunningThresholdMicroseconds * Stopwatch.Frequency / 1_000_000;
+        _interval = options.Tuning.AdaptiveIntervalMilliseconds;
+        _lateTicks = (2 * _interval * Stopwatch.Frequency / 1000) + _thresholdTicks;
+        Threads = new LoopThreads(options.ThreadCount, options.Tuning.MaxLoopThreads(options.ThreadCount), TimeSpan.FromMilliseconds(options.Tuning.StandbyRetireMilliseconds));
+        _thread = new Thread(Run) { IsBackground = true, Name = "Kestrel Linux monitor" };
+    }
+
+    /// <summary>The threads that hold the loops this monitor watches.</summary>
+    public LoopThreads Threads { get; }
+
+    /// <summary>Before <see cref="Start"/>: a loop to watch.</summary>
+    public void Add(EventLoop loop) => _loops.Add(loop);
+
+    public void Start()
+    {
+        _seen = new long[_loops.Count];
+        _thread.Start();
+    }
+
+    /// <summary>A loop's thread, right after it began a continuation: wakes a parked monitor.</summary>
+    public void OnContinuationStarted()
+    {
+        if (Volatile.Read(ref _parked) != 0 && Interlocked.Exchange(ref _parked, 0) != 0)
+        {
+            _unpark.Set();
+        }
+    }
+
+    public void Dispose()
+    {
+        _stopping = true;
+        Interlocked.Exchange(ref _parked, 0);
+        _unpark.Set();
+        Threads.Stop();
+    }
+
+    private void Run()
+    {
+        int idleLooks = 0;
+        while (!_stopping)
+        {
+            Thread.Sleep(_interval);
+            idleLooks = Look() ? 0 : idleLooks + 1;
+            if (idleLooks >= IdleLooksBeforeParking)
+            {
+                idleLooks = 0;
+                Park();
+                _lastLook = 0;
+            }
+        }
+    }
+
+    /// <summary>One look at every loop; true when a continuation ran since the last look or runs now.</summary>
+    private bool Look()
+    {
+        bool active = false;
+        long now = Stopwatch.GetTimestamp();
+
+        // A look that comes late (the process was suspended for a GC, or this thread was not scheduled) would
+        // see every continuation that ran meanwhile as one that ran long: it only takes note, and the next look
+        // decides (on a machine so busy that every look is late, every other one does).
+        bool late = _lastLook != 0 && now - _lastLook > _lateTicks && !_lastWasLate;
+        _lastWasLate = late;
+        _lastLook = now;
+        for (int i = 0; i < _loops.Count; i++)
+        {
+            var loop = _loops[i];
+            if (loop.Runner is not { } runner)
+            {
+                continue;
+            }
+
+            long started = runner.ContinuationStarted;
+            long continuations = runner.Continuations;
+            active |= started > 0 || continuations != _seen[i];
+            _seen[i] = continuations;
+            long running = now - started;
+            if (!late && started > 0 && running >= _thresholdTicks && (running >= _runningThresholdTicks || runner.IsBlockedInKernel))
+            {
+                Take(loop, runner, started);
+            }
+        }
+
+        return active;
+    }
+
+    private void Take(EventLoop loop, LoopRunner runner, long started)
+    {
+        if (Threads.TryHandOver(loop, () => loop.TryTake(runner, started)))
+        {
+            loop.OnTaken(runner);
+            return;
+        }
+
+        // The cap on threads is reached (or the group stops): this loop stays blocked until the continuation returns.
+        if (!_stopping && runner.ContinuationStarted == started && Interlocked.Exchange(ref _noThreadLogged, 1) == 0)
+        {
+            TransportLog.NoThreadForBlockedLoop(_logger, loop.Index, Threads.Count);
+        }
+    }
+
+    private void Park()
+    {
+        Volatile.Write(ref _parked, 1);
+        Interlocked.MemoryBarrier();
+        foreach (var loop in _loops)
+        {
+            if (loop.Runner is { ContinuationStarted: > 0 })
+            {
+                Volatile.Write(ref _parked, 0);
+                return;
+            }
+        }
+
+        _unpark.Wait();
+        _unpark.Reset();
+    }
+}
