@@ -84,11 +84,11 @@ switch (options.Transport)
                 o.IoBackend = io;
             }
 
-            // Benchmarks only (benchmarks/lib/ablation.txt): the transport's internal switches, reached
-            // through InternalsVisibleTo because no configuration may set them. Checked when parsed.
+            // Benchmarks only (benchmarks/lib/ablation.txt): the transport's internal switches, which no
+            // configuration may set (TransportTuning.cs says how they are reached). Checked when parsed.
             if (options.Tuning is { } tuning)
             {
-                _ = o.Tuning.Apply(tuning);
+                _ = TransportTuning.Apply(o, tuning);
             }
         });
         break;

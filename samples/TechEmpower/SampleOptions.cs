@@ -1,7 +1,6 @@
 using System.Diagnostics.CodeAnalysis;
 using System.Globalization;
 using Kestrel.Transport.Linux;
-using Kestrel.Transport.Linux.Hosting;
 
 namespace TechEmpower;
 
@@ -104,7 +103,8 @@ public sealed class SampleOptions
           --tuning NAME=VALUE[,...]  linux, for benchmarks only: sets the transport's internal measurement
                                      switches (DeferSend, SendFromThreadPool, CoalesceThreadPoolSends,
                                      MaxBytesPerRead, SchedBatchLoops, TcpQuickAck,
-                                     TcpNotSentLowAtBytes, UseNativeEngine), which no configuration reaches.
+                                     TcpNotSentLowAtBytes, UseNativeEngine, ZeroCopyWhenKernelCopies),
+                                     which no configuration reaches.
           -h, --help                 Show this help.
 
         Other Linux transport options bind from configuration, for example the environment variable
@@ -310,7 +310,7 @@ public sealed class SampleOptions
                     break;
 
                 case "TUNING":
-                    if (new TransportTuning().Apply(value) is { } tuningError)
+                    if (TransportTuning.Check(value) is { } tuningError)
                     {
                         error = $"Invalid '--tuning {value}': {tuningError}";
                         return false;

@@ -3,6 +3,9 @@ using Kestrel.Transport.Linux.Hosting;
 using Microsoft.AspNetCore.Connections;
 using Microsoft.Extensions.Configuration;
 using Microsoft.Extensions.DependencyInjection;
+using Microsoft.Extensions.DependencyInjection.Extensions;
+using Microsoft.Extensions.Hosting;
+using Microsoft.Extensions.Logging;
 using Microsoft.Extensions.Options;
 
 namespace Microsoft.AspNetCore.Hosting;
@@ -13,7 +16,8 @@ public static class WebHostBuilderLinuxTransportExtensions
     /// <summary>
     /// Makes Kestrel use the Linux transport for IP, Unix-socket and file-handle endpoints.
     /// Options bind from the <c>Kestrel:LinuxTransport</c> configuration section.
-    /// On an operating system other than Linux this is a no-op that logs that the Sockets transport stays in use.
+    /// On an operating system other than Linux, or with <c>Kestrel:LinuxTransport:Enabled</c> set to false, Kestrel stays
+    /// on the Sockets transport and one log line says so; the options are still validated at start-up.
     /// </summary>
     /// <param name="hostBuilder">The web host builder.</param>
     /// <returns>The same builder.</returns>
@@ -22,7 +26,8 @@ public static class WebHostBuilderLinuxTransportExtensions
 
     /// <summary>
     /// Makes Kestrel use the Linux transport, with options configured in code after those bound from
-    /// the <c>Kestrel:LinuxTransport</c> configuration section.
+    /// the <c>Kestrel:LinuxTransport</c> configuration section. Calling it again adds the configuration, not a
+    /// second transport.
     /// </summary>
     /// <param name="hostBuilder">The web host builder.</param>
     /// <param name="configureOptions">Configures the transport's options.</param>
@@ -33,21 +38,41 @@ public static class WebHostBuilderLinuxTransportExtensions
         ArgumentNullException.ThrowIfNull(configureOptions);
 
         return hostBuilder.ConfigureServices((context, services) =>
-        {
-            if (!OperatingSystem.IsLinux())
-            {
-                services.AddHostedService<NonLinuxNotice>();
-                return;
-            }
-
-            services.AddOptions<LinuxTransportOptions>()
-                .Bind(context.Configuration.GetSection(LinuxTransportOptions.ConfigurationSectionName))
-                .Configure(configureOptions);
-            services.AddSingleton<IValidateOptions<LinuxTransportOptions>, LinuxTransportOptionsValidator>();
-
-            // Kestrel asks the most recently registered factory first, so adding ours after
-            // UseKestrel's Sockets factory makes it win for every endpoint it can bind.
-            services.AddSingleton<IConnectionListenerFactory, LinuxTransportFactory>();
-        });
+            AddLinuxTransport(services, context.Configuration, configureOptions, OperatingSystem.IsLinux()));
     }
+
+    /// <summary>The registration, with the operating system's answer passed in so that tests can take the other branch.</summary>
+    internal static void AddLinuxTransport(
+        IServiceCollection services, IConfiguration configuration, Action<LinuxTransportOptions> configureOptions, bool isLinux)
+    {
+        var section = configuration.GetSection(LinuxTransportOptions.ConfigurationSectionName);
+        var options = services.AddOptions<LinuxTransportOptions>()
+            .Bind(section)
+            .Configure(configureOptions);
+        services.TryAddEnumerable(ServiceDescriptor.Singleton<IValidateOptions<LinuxTransportOptions>, LinuxTransportOptionsValidator>());
+
+        string? off = !isLinux
+            ? $"this is not Linux ({System.Runtime.InteropServices.RuntimeInformation.OSDescription})"
+            : section.GetValue(EnabledKey, true) ? null : $"{LinuxTransportOptions.ConfigurationSectionName}:{EnabledKey} is false";
+        if (off is not null)
+        {
+            // The transport stays off, but a configuration error still fails start-up here, on a developer's machine
+            // or in the rollback, not first where the transport runs.
+            options.ValidateOnStart();
+            services.TryAddEnumerable(ServiceDescriptor.Singleton<IHostedService, SocketsStayNotice>(
+                provider => new SocketsStayNotice(provider.GetRequiredService<ILoggerFactory>(), off)));
+            return;
+        }
+
+        // Kestrel asks the most recently registered factory first, so adding ours after UseKestrel's Sockets factory
+        // makes it win for every endpoint it can bind. TryAddEnumerable: a second call registers no second factory.
+        services.TryAddEnumerable(ServiceDescriptor.Singleton<IConnectionListenerFactory, LinuxTransportFactory>());
+    }
+
+    /// <summary>
+    /// <c>Kestrel:LinuxTransport:Enabled</c>: false leaves Kestrel on its Sockets transport without a code change (the way
+    /// back, as an environment variable <c>Kestrel__LinuxTransport__Enabled=false</c>). A configuration key only: in code,
+    /// leaving out UseLinuxTransport() does the same.
+    /// </summary>
+    private const string EnabledKey = "Enabled";
 }

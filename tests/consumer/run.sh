@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
-# Package consumer check: packs Kestrel.Transport.Linux, checks what the .nupkg holds, then builds
-# and runs a minimal web app OUTSIDE the repository that takes the package from artifacts/packages,
-# and proves its requests are served by the Linux transport (epoll fds and one SO_REUSEPORT
-# listener per loop thread).
+# Package consumer check: packs Kestrel.Transport.Linux, checks what the .nupkg and .snupkg hold, then
+# builds and runs a minimal web app OUTSIDE the repository that takes the package from
+# artifacts/packages, and proves its requests are served by the Linux transport (epoll fds and one
+# SO_REUSEPORT listener per loop thread).
+#
+# The pack is a release pack (both RIDs' native assets, each with io_uring, or the pack fails: see
+# src/Native/Native.targets) wherever the machine can make one: with the aarch64 cross compiler on PATH,
+# or with KTL_REQUIRE_ARM64=1 (CI), which insists. Elsewhere it is a local partial pack
+# (-p:KtlLocalPartialPack=true), said so with a SKIPPED line.
 set -euo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -45,10 +50,32 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 # ---- 1. pack -------------------------------------------------------------------------------------
+release=0
+if command -v aarch64-linux-gnu-gcc > /dev/null 2>&1 || [[ "${KTL_REQUIRE_ARM64:-0}" == "1" ]]; then
+    release=1
+fi
+
+if (( release )); then
+    # The gate first: a release pack that lacks an asset must fail, and name it.
+    log "a release pack without the linux-arm64 asset must fail (-p:KtlNativeArm64Enabled=false)"
+    refused_log="$WORK_DIR/refused-pack.log"
+    if (cd "$REPO_ROOT" && timeout 20m dotnet pack src/Transport.Linux -c Release -o "$WORK_DIR/refused" \
+        -p:KtlNativeArm64Enabled=false > "$refused_log" 2>&1); then
+        fail "a release pack without runtimes/linux-arm64/native/libktl_native.so succeeded."
+    fi
+    grep -q "runtimes/linux-arm64/native/libktl_native.so is missing" "$refused_log" \
+        || fail "the refused pack did not name the missing asset:"$'\n'"$(tail -n 20 "$refused_log")"
+    log "it failed, naming runtimes/linux-arm64/native/libktl_native.so"
+    pack_switch=()
+else
+    log "SKIPPED the release pack: aarch64-linux-gnu-gcc is not on PATH, so this is a local partial pack (-p:KtlLocalPartialPack=true) without runtimes/linux-arm64/native/libktl_native.so (apt-get install gcc-aarch64-linux-gnu libc6-dev-arm64-cross liburing-dev:arm64)."
+    pack_switch=(-p:KtlLocalPartialPack=true)
+fi
+
 mkdir -p "$PACKAGE_DIR"
 rm -f "$PACKAGE_DIR/$PACKAGE_ID".[0-9]*.nupkg "$PACKAGE_DIR/$PACKAGE_ID".[0-9]*.snupkg
-log "dotnet pack src/Transport.Linux -c Release -o artifacts/packages"
-(cd "$REPO_ROOT" && timeout 20m dotnet pack src/Transport.Linux -c Release -o artifacts/packages)
+log "dotnet pack src/Transport.Linux -c Release -o artifacts/packages ${pack_switch[*]}"
+(cd "$REPO_ROOT" && timeout 20m dotnet pack src/Transport.Linux -c Release -o artifacts/packages "${pack_switch[@]}")
 
 shopt -s nullglob
 packages=("$PACKAGE_DIR/$PACKAGE_ID".[0-9]*.nupkg)
@@ -60,17 +87,21 @@ VERSION="${VERSION#"$PACKAGE_ID".}"
 log "package $(basename "$NUPKG") (version $VERSION)"
 
 # ---- 2. package contents -------------------------------------------------------------------------
-# The linux-arm64 asset is cross-built only where aarch64-linux-gnu-gcc is on PATH (src/Native/Native.targets).
-# Without it the package lacks that asset: said here and skipped, unless KTL_REQUIRE_ARM64=1 (CI) insists.
+SNUPKG="${NUPKG%.nupkg}.snupkg"
+[[ -f "$SNUPKG" ]] || fail "no symbols package $(basename "$SNUPKG") beside $(basename "$NUPKG")."
+log "unzip -l $(basename "$NUPKG")"
+unzip -l "$NUPKG"
+log "unzip -l $(basename "$SNUPKG")"
+unzip -l "$SNUPKG"
+
+# A partial pack has the host's asset only; a release pack has both.
 native_pairs=("linux-x64:X86-64")
-if command -v aarch64-linux-gnu-gcc > /dev/null 2>&1 || [[ "${KTL_REQUIRE_ARM64:-0}" == "1" ]]; then
+if (( release )); then
     native_pairs+=("linux-arm64:AArch64")
-else
-    log "SKIPPED the linux-arm64 native asset check: aarch64-linux-gnu-gcc is not on PATH, so this package was packed without runtimes/linux-arm64/native/libktl_native.so (apt-get install gcc-aarch64-linux-gnu libc6-dev-arm64-cross)."
 fi
 
 contents="$(unzip -Z1 "$NUPKG")"
-required=("lib/net10.0/$PACKAGE_ID.dll" "README.md")
+required=("lib/net10.0/$PACKAGE_ID.dll" "README.md" "LICENSE" "THIRD-PARTY-NOTICES")
 for pair in "${native_pairs[@]}"; do
     required+=("runtimes/${pair%%:*}/native/libktl_native.so")
 done
@@ -79,10 +110,22 @@ for entry in "${required[@]}"; do
     log "package holds $entry"
 done
 
-# The package ships its own short README, not the repository's.
+# The package ships its own short README, not the repository's, and the repository's licence and notices.
 unzip -p "$NUPKG" README.md | cmp -s - "$REPO_ROOT/src/Transport.Linux/README.md" \
     || fail "the package's README.md is not src/Transport.Linux/README.md."
 log "package README.md is src/Transport.Linux/README.md"
+for file in LICENSE THIRD-PARTY-NOTICES; do
+    unzip -p "$NUPKG" "$file" | cmp -s - "$REPO_ROOT/$file" || fail "the package's $file is not the repository's."
+done
+grep -q "^liburing" "$REPO_ROOT/THIRD-PARTY-NOTICES" || fail "THIRD-PARTY-NOTICES does not name liburing."
+log "package LICENSE and THIRD-PARTY-NOTICES are the repository's"
+
+# The version is set in one place (the project's VersionPrefix); the install lines of both READMEs name it.
+for readme in README.md src/Transport.Linux/README.md; do
+    grep -Fq "Include=\"$PACKAGE_ID\" Version=\"$VERSION\"" "$REPO_ROOT/$readme" \
+        || fail "$readme does not install version $VERSION (Include=\"$PACKAGE_ID\" Version=\"$VERSION\")."
+done
+log "both READMEs install version $VERSION"
 
 # Each native asset is built for the architecture its runtimes/<rid>/ folder names.
 command -v readelf > /dev/null || fail "'readelf' is not installed (binutils; .ci/run installs it with gcc)."
@@ -95,8 +138,72 @@ for pair in "${native_pairs[@]}"; do
     header="$(readelf -h "$asset")" || fail "readelf cannot read $entry."
     grep -Eq "^[[:space:]]*Machine:.*[[:space:]]$machine\$" <<< "$header" \
         || fail "$entry is not built for $machine (readelf: $(grep -E 'Class:|Machine:' <<< "$header" | tr -s ' ' | tr '\n' ';'))."
-    log "$entry is $machine"
+    # Read whole before grep: grep -q stops early, and readelf's SIGPIPE would fail the pipeline (pipefail).
+    symbols="$(readelf -sW "$asset")" || fail "readelf cannot read the symbols of $entry."
+    grep -qw io_uring_queue_init_params <<< "$symbols" || fail "$entry has no io_uring engine (liburing is not linked in)."
+    log "$entry is $machine, with its io_uring engine"
 done
+
+# On Alpine (musl) the package has no asset of its own. Where the .NET host takes the linux-x64 one, it must load in
+# a musl process and work; where it does not take it, the transport runs its managed engine (the test suites'
+# LinuxManaged kind). The first half is checked here with musl-gcc (Debian's musl-tools; .ci/run installs it).
+if command -v musl-gcc > /dev/null 2>&1; then
+    cat > "$WORK_DIR/musl-load.c" <<'C'
+#include <dlfcn.h>
+#include <stdio.h>
+int main(int argc, char **argv)
+{
+    void *library = dlopen(argv[1], RTLD_NOW);
+    if (library == NULL) {
+        printf("dlopen failed: %s\n", dlerror());
+        return 1;
+    }
+    int (*abi)(void) = (int (*)(void))dlsym(library, "ktl_abi_version");
+    int (*ring)(void) = (int (*)(void))dlsym(library, "ktl_ring_supported");
+    if (abi == NULL || ring == NULL) {
+        printf("missing symbols\n");
+        return 1;
+    }
+    printf("abi %d, io_uring engine %d\n", abi(), ring());
+    return 0;
+}
+C
+    musl-gcc -o "$WORK_DIR/musl-load" "$WORK_DIR/musl-load.c" || fail "musl-gcc could not build the load check."
+    musl_said="$("$WORK_DIR/musl-load" "$WORK_DIR/linux-x64-libktl_native.so" 2>&1)" \
+        || fail "runtimes/linux-x64/native/libktl_native.so does not load in a musl process: $musl_said"
+    log "runtimes/linux-x64/native/libktl_native.so loads in a musl process ($musl_said)"
+elif [[ "${KTL_REQUIRE_ARM64:-0}" == "1" ]]; then
+    fail "musl-gcc is missing (apt-get install musl-tools; .ci/run installs it)."
+else
+    log "SKIPPED the musl load check: musl-gcc is not on PATH (apt-get install musl-tools)."
+fi
+
+# ---- 2b. symbols ---------------------------------------------------------------------------------
+# The portable PDB is in the .snupkg. Its SourceLink map (the SDK's own) points a debugger at the packed
+# commit on the repository's host; the SDK writes one only when the origin remote is on a host it knows.
+PDB_ENTRY="lib/net10.0/$PACKAGE_ID.pdb"
+grep -Fxq "$PDB_ENTRY" <<< "$(unzip -Z1 "$SNUPKG")" || fail "$(basename "$SNUPKG") does not hold $PDB_ENTRY."
+unzip -p "$SNUPKG" "$PDB_ENTRY" > "$WORK_DIR/packed.pdb"
+commit="$(git -C "$REPO_ROOT" rev-parse HEAD)"
+origin="$(git -C "$REPO_ROOT" remote get-url origin 2> /dev/null || true)"
+if [[ "$origin" =~ ^(https://|git@)github\.com[:/] ]]; then
+    grep -aq "raw.githubusercontent.com/[^\"]*/$commit/" "$WORK_DIR/packed.pdb" \
+        || fail "the packed PDB has no SourceLink map to commit $commit of $origin."
+    log "the packed PDB's SourceLink map points at commit $commit of $origin"
+else
+    # This clone's origin is not on GitHub (a local clone, as CI's is), so its PDB has no map: prove the same
+    # project writes one where it is, in a throwaway clone with a stand-in GitHub origin (managed build only).
+    log "origin is '${origin:-none}', not GitHub: proving SourceLink in a throwaway clone with a GitHub origin"
+    git clone -q --no-hardlinks --no-checkout "$REPO_ROOT" "$WORK_DIR/sourcelink"
+    git -C "$WORK_DIR/sourcelink" checkout -q "$commit"
+    git -C "$WORK_DIR/sourcelink" remote set-url origin https://github.com/example/Kestrel.Transport.Linux.git
+    (cd "$WORK_DIR/sourcelink" && timeout 10m dotnet build src/Transport.Linux -c Release -nologo -p:KtlNativeEnabled=false \
+        > "$WORK_DIR/sourcelink.log" 2>&1) || fail "the throwaway clone did not build:"$'\n'"$(tail -n 20 "$WORK_DIR/sourcelink.log")"
+    grep -aq "raw.githubusercontent.com/example/Kestrel.Transport.Linux/$commit/" \
+        "$WORK_DIR/sourcelink/src/Transport.Linux/bin/Release/net10.0/$PACKAGE_ID.pdb" \
+        || fail "with a GitHub origin the PDB has no SourceLink map to commit $commit."
+    log "with a GitHub origin the PDB's SourceLink map points at commit $commit"
+fi
 
 # ---- 3. a consumer app outside the repository ---------------------------------------------------
 APP_DIR="$WORK_DIR/app"
@@ -217,6 +324,11 @@ if [[ "$count" -ne "$THREADS" ]]; then
     fail "expected $THREADS listening sockets on port $PORT owned by pid $APP_PID, found $count:"$'\n'"$listeners"
 fi
 log "port $PORT has $count listening sockets owned by the app (one per loop thread)"
+
+# ... and says so at the default log level, in one line naming the endpoint, the loops and the engine.
+serving="Kestrel.Transport.Linux is serving 127.0.0.1:$PORT on $THREADS event loops: epoll, native engine, ThreadPool scheduling."
+grep -Fq "$serving" "$APP_LOG" || fail "the app's log lacks the start-up line '$serving'."
+log "the app logged '$serving'"
 
 # ---- 6. stop it ----------------------------------------------------------------------------------
 kill -TERM "$APP_PID"

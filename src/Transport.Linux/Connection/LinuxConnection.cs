@@ -39,7 +39,7 @@ namespace Kestrel.Transport.Linux.Connection;
 /// </remarks>
 internal sealed class LinuxConnection : ConnectionContext,
     IConnectionIdFeature, IConnectionTransportFeature, IConnectionItemsFeature,
-    IMemoryPoolFeature, IConnectionLifetimeFeature, IConnectionEndPointFeature
+    IMemoryPoolFeature, IConnectionLifetimeFeature, IConnectionEndPointFeature, IConnectionSocketFeature
 {
     /// <summary>
     /// What the loop registers the socket for, once for its life: everything, edge-triggered, so no event ever
@@ -47,11 +47,10 @@ internal sealed class LinuxConnection : ConnectionContext,
     /// </summary>
     public const uint RegistrationEvents = Epoll.EPOLLIN | Epoll.EPOLLOUT | Epoll.EPOLLRDHUP | Epoll.EPOLLET;
 
-    private static long s_lastId;
-
     private readonly FeatureCollection _features = new();
     private string? _connectionId;
     private IDictionary<object, object?>? _items;
+    private System.Net.Sockets.Socket? _socketForOptions;
 
     public LinuxConnection(EventLoop loop, OwnedFd socket, EndPoint? localEndPoint, EndPoint? remoteEndPoint)
     {
@@ -77,6 +76,7 @@ internal sealed class LinuxConnection : ConnectionContext,
         _features.Set<IMemoryPoolFeature>(this);
         _features.Set<IConnectionLifetimeFeature>(this);
         _features.Set<IConnectionEndPointFeature>(this);
+        _features.Set<IConnectionSocketFeature>(this);
     }
 
     public EventLoop Loop { get; }
@@ -98,7 +98,7 @@ internal sealed class LinuxConnection : ConnectionContext,
 
     public override string ConnectionId
     {
-        get => _connectionId ??= $"L{Interlocked.Increment(ref s_lastId):X8}";
+        get => _connectionId ??= ConnectionIds.Next();
         set => _connectionId = value;
     }
 
@@ -252,6 +252,42 @@ internal sealed class LinuxConnection : ConnectionContext,
     }
 
     void IConnectionLifetimeFeature.Abort() => Abort(new ConnectionAbortedException("The connection was aborted by the application via IConnectionLifetimeFeature.Abort()."));
+
+    /// <summary>
+    /// IConnectionSocketFeature: a <see cref="System.Net.Sockets.Socket"/> over this connection's socket, made on first use,
+    /// for its options only (keep-alive, TCP_INFO, peer credentials). The loop owns every read and write, so a read or a
+    /// write through it would take bytes from, or put them between, Kestrel's; and Shutdown would end the connection
+    /// behind the transport's back. Its handle does not own the fd (ownsHandle false): disposing it never closes the
+    /// connection. It is made under the send lock, which the loop holds to close the fd, so it never wraps a number the
+    /// kernel has handed to another socket, and it is disposed once the connection closes (ConnectionClosed), after which
+    /// it throws ObjectDisposedException, as the Sockets transport's does.
+    /// </summary>
+    System.Net.Sockets.Socket IConnectionSocketFeature.Socket
+    {
+        get
+        {
+            if (Volatile.Read(ref _socketForOptions) is { } existing)
+            {
+                return existing;
+            }
+
+            System.Net.Sockets.Socket created;
+            lock (Send.Lock)
+            {
+                ObjectDisposedException.ThrowIf(Socket.IsClosed, typeof(System.Net.Sockets.Socket));
+                created = new System.Net.Sockets.Socket(new System.Net.Sockets.SafeSocketHandle(Socket.Value, ownsHandle: false));
+            }
+
+            if (Interlocked.CompareExchange(ref _socketForOptions, created, null) is { } raced)
+            {
+                created.Dispose();
+                return raced;
+            }
+
+            ConnectionClosed.UnsafeRegister(static s => ((System.Net.Sockets.Socket)s!).Dispose(), created);
+            return created;
+        }
+    }
 
     private sealed class DuplexPipe(PipeReader input, PipeWriter output) : IDuplexPipe
     {

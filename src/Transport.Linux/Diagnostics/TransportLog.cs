@@ -8,8 +8,8 @@ internal static partial class TransportLog
 {
     public const string Category = "Kestrel.Transport.Linux";
 
-    [LoggerMessage(1, LogLevel.Information, "UseLinuxTransport() has no effect on {OperatingSystem}: Kestrel stays on the Sockets transport.")]
-    public static partial void NotLinux(ILogger logger, string operatingSystem);
+    [LoggerMessage(1, LogLevel.Information, "UseLinuxTransport() has no effect: {Reason}. Kestrel stays on the Sockets transport.")]
+    public static partial void TransportOff(ILogger logger, string reason);
 
     [LoggerMessage(2, LogLevel.Debug, "Started {ThreadCount} event loops, scheduling {SchedulingMode}, {Engine} I/O engine.")]
     public static partial void LoopsStarted(ILogger logger, int threadCount, ApplicationSchedulingMode schedulingMode, string engine);
@@ -20,7 +20,7 @@ internal static partial class TransportLog
     [LoggerMessage(4, LogLevel.Debug, "Loop {Loop} stopped.")]
     public static partial void LoopStopped(ILogger logger, int loop);
 
-    [LoggerMessage(5, LogLevel.Warning, "Loop {Loop}: Linux AIO is unavailable, using readv/writev instead: {Reason}.")]
+    [LoggerMessage(5, LogLevel.Warning, "Loop {Loop}: Linux AIO is unavailable, using readv and sendmsg instead: {Reason}.")]
     public static partial void AioUnavailable(ILogger logger, int loop, string reason);
 
     [LoggerMessage(6, LogLevel.Debug, "Bound {EndPoint} on {Loops} loops ({Mode}).")]
@@ -79,4 +79,7 @@ internal static partial class TransportLog
 
     [LoggerMessage(24, LogLevel.Warning, "Loop {Loop} spent {Milliseconds:F1} ms in one pass, scheduling {SchedulingMode}: every connection of the loop waited that long. With Inline scheduling application code runs inside the pass, so a blocking call or long computation there does this; Adaptive scheduling moves such code off the loop. {Skipped} more such passes since the last message; kestrel.transport.linux.loop.long_passes counts them all.")]
     public static partial void LongPass(ILogger logger, int loop, double milliseconds, ApplicationSchedulingMode schedulingMode, int skipped);
+
+    [LoggerMessage(25, LogLevel.Information, "Kestrel.Transport.Linux is serving {EndPoints} on {ThreadCount} event loops: {Engine} engine, {SchedulingMode} scheduling.")]
+    public static partial void Serving(ILogger logger, string endPoints, int threadCount, string engine, ApplicationSchedulingMode schedulingMode);
 }

@@ -28,17 +28,17 @@ internal sealed class TransportMetrics : IDisposable
         AcceptErrors = _meter.CreateCounter<long>(
             "kestrel.transport.linux.accept.errors", "{error}", "Failed accept4 calls, tagged with the errno name; the listener backs off and retries.");
         AioFallbacks = _meter.CreateCounter<long>(
-            "kestrel.transport.linux.aio.fallbacks", "{loop}", "Loops that asked for Linux AIO and fell back to readv/writev.");
+            "kestrel.transport.linux.aio.fallbacks", "{loop}", "Loops that asked for Linux AIO and fell back to Epoll (readv and sendmsg).");
         IoUringFallbacks = _meter.CreateCounter<long>(
             "kestrel.transport.linux.io_uring.fallbacks", "{loop}", "Loops that IoBackend=Auto (or a failed ring) ran on epoll because io_uring was unavailable.");
         EventsPerPass = _meter.CreateHistogram<int>(
             "kestrel.transport.linux.pass.events", "{event}", "Readiness events (epoll or io_uring poll completions) handled by one loop pass.");
         BytesPerPass = _meter.CreateHistogram<long>(
-            "kestrel.transport.linux.pass.bytes", "By", "Bytes received or sent by one loop pass's batch, tagged with the direction.");
+            "kestrel.transport.linux.pass.bytes", "By", "Bytes received or sent by one loop pass's batch, tagged network.io.direction (receive, transmit).");
         ZeroCopySends = _meter.CreateCounter<long>(
             "kestrel.transport.linux.zerocopy.sends", "{send}", "Sends made with MSG_ZEROCOPY (ZeroCopySendThreshold).");
         ZeroCopyCompletions = _meter.CreateCounter<long>(
-            "kestrel.transport.linux.zerocopy.completions", "{send}", "MSG_ZEROCOPY sends the kernel reported done, tagged zerocopy.copied=true when it copied the data after all (always over loopback).");
+            "kestrel.transport.linux.zerocopy.completions", "{send}", "MSG_ZEROCOPY sends the kernel reported done, tagged kestrel.transport.linux.zerocopy.copied=true when it copied the data after all (always over loopback).");
         ZeroCopyRefusals = _meter.CreateCounter<long>(
             "kestrel.transport.linux.zerocopy.refused", "{send}", "MSG_ZEROCOPY sends the kernel refused with ENOBUFS (the socket's optmem limit, or the locked-memory limit); each went out again as a copying send.");
         LoopHandoffs = _meter.CreateCounter<long>(
@@ -49,7 +49,7 @@ internal sealed class TransportMetrics : IDisposable
             "kestrel.transport.linux.send.queue_length", "{connection}", "Connections whose deferred sends one pass coalesced into its send batch.");
 
         _meter.CreateObservableCounter("kestrel.transport.linux.loop.passes", () => Sum(static l => l.PassCount), "{pass}", "Event-loop passes (epoll_wait returns) since start.");
-        _meter.CreateObservableCounter("kestrel.transport.linux.bytes", ObserveBytes, "By", "Bytes received and sent, tagged with the direction.");
+        _meter.CreateObservableCounter("kestrel.transport.linux.bytes", ObserveBytes, "By", "Bytes received and sent, tagged network.io.direction (receive, transmit).");
         _meter.CreateObservableGauge("kestrel.transport.linux.loop.current_pass.duration", ObservePasses, "s", "How long each loop has been inside its current pass (0 while it waits for events), tagged with the loop: a loop stuck in application code shows here while it is stuck.");
     }
 
@@ -82,13 +82,15 @@ internal sealed class TransportMetrics : IDisposable
 
     public Counter<long> ZeroCopyRefusals { get; }
 
-    public static readonly KeyValuePair<string, object?> Copied = new("zerocopy.copied", true);
+    // Attribute names as OpenTelemetry's semantic conventions spell them (network.io.direction: receive, transmit;
+    // error.type), like Kestrel's own kestrel.* instruments; the transport's own attribute carries its namespace.
+    public static readonly KeyValuePair<string, object?> Copied = new("kestrel.transport.linux.zerocopy.copied", true);
 
-    public static readonly KeyValuePair<string, object?> NotCopied = new("zerocopy.copied", false);
+    public static readonly KeyValuePair<string, object?> NotCopied = new("kestrel.transport.linux.zerocopy.copied", false);
 
-    public static readonly KeyValuePair<string, object?> Received = new("direction", "receive");
+    public static readonly KeyValuePair<string, object?> Received = new("network.io.direction", "receive");
 
-    public static readonly KeyValuePair<string, object?> Sent = new("direction", "send");
+    public static readonly KeyValuePair<string, object?> Sent = new("network.io.direction", "transmit");
 
     public void Add(EventLoop loop)
     {

@@ -17,31 +17,25 @@ internal static class EngineChoice
     /// </summary>
     public static IoBackend Resolve(LinuxTransportOptions options, ILogger logger, TransportMetrics metrics)
     {
-        if (options.IoBackend is not (IoBackend.IoUring or IoBackend.Auto))
+        if (!MayUseIoUring(options))
         {
+            if (options.IoBackend == IoBackend.Auto)
+            {
+                TransportLog.AutoChoseEpoll(logger, options.ApplicationSchedulingMode);
+                return IoBackend.Epoll;
+            }
+
             return options.IoBackend;
         }
 
-        // Auto follows the measurements (docs/performance.md, "IoBackend.Auto"): with ThreadPool scheduling the pool
-        // threads send with sendmsg and io_uring measured no better than epoll; with Inline scheduling, where the
-        // loop makes every send, it measured ahead. Adaptive scheduling runs continuations on the loop only where the
-        // loop can move to another thread, which a ring cannot (UringEngine.CanChangeThreads): on io_uring it would
-        // schedule as ThreadPool does, so Auto keeps epoll there too.
-        if (options.IoBackend == IoBackend.Auto && options.ApplicationSchedulingMode != ApplicationSchedulingMode.Inline)
-        {
-            TransportLog.AutoChoseEpoll(logger, options.ApplicationSchedulingMode);
-            return IoBackend.Epoll;
-        }
-
-        var features = KernelFeatures.Current;
         string? unavailable = !options.Tuning.UseNativeEngine
             ? "the managed engine (UseNativeEngine off) has no io_uring path"
-            : features.IoUringUnavailable;
+            : KernelFeatures.RingHere.Unavailable;
         if (unavailable is null)
         {
             if (options.IoBackend == IoBackend.Auto)
             {
-                TransportLog.IoUringChosen(logger, UringEngine.SetupName(features.IoUringSetup));
+                TransportLog.IoUringChosen(logger, UringEngine.SetupName(KernelFeatures.RingHere.Setup));
             }
 
             return IoBackend.IoUring;
@@ -56,6 +50,19 @@ internal static class EngineChoice
         metrics.IoUringFallbacks.Add(options.ThreadCount);
         return IoBackend.Epoll;
     }
+
+    /// <summary>
+    /// True when <paramref name="options"/>' backend may run on io_uring: <see cref="IoBackend.IoUring"/>, and
+    /// <see cref="IoBackend.Auto"/> with Inline scheduling. Auto follows the measurements (docs/performance.md,
+    /// "IoBackend.Auto"): with ThreadPool scheduling the pool threads send with sendmsg and io_uring measured no better
+    /// than epoll; with Inline scheduling, where the loop makes every send, it measured ahead. Adaptive scheduling runs
+    /// continuations on the loop only where the loop can move to another thread, which a ring cannot
+    /// (UringEngine.CanChangeThreads): on io_uring it would schedule as ThreadPool does, so Auto keeps epoll there too.
+    /// Nothing calls io_uring_setup, not even to probe, unless this is true.
+    /// </summary>
+    public static bool MayUseIoUring(LinuxTransportOptions options) =>
+        options.IoBackend == IoBackend.IoUring
+        || (options.IoBackend == IoBackend.Auto && options.ApplicationSchedulingMode == ApplicationSchedulingMode.Inline);
 
     /// <summary>Loop <paramref name="loop"/>'s engine for the group's resolved <paramref name="backend"/>.</summary>
     public static IoEngine Create(IoBackend backend, LinuxTransportOptions options, int loop, ILogger logger, TransportMetrics metrics)

@@ -13,6 +13,10 @@ namespace Kestrel.Transport.Linux.Hosting;
 /// </summary>
 internal sealed class EventLoopGroup
 {
+    // The owner Kestrel's Sockets transport gives its pools, so the aspnetcore.memory_pool.* instruments (tagged
+    // aspnetcore.memory_pool.owner) count this transport's memory where dashboards already look for Kestrel's.
+    private static readonly MemoryPoolOptions s_poolOptions = new() { Owner = "kestrel" };
+
     private readonly EventLoop[] _loops;
     private readonly LoopMonitor? _monitor;
     private int _references;
@@ -26,7 +30,7 @@ internal sealed class EventLoopGroup
         {
             for (int i = 0; i < _loops.Length; i++)
             {
-                var pool = poolFactory.Create(new MemoryPoolOptions { Owner = "Kestrel.Transport.Linux" });
+                var pool = poolFactory.Create(s_poolOptions);
                 _loops[i] = new EventLoop(i, options, backend, pool, logger, metrics, _monitor);
                 _monitor?.Add(_loops[i]);
             }

@@ -6,6 +6,7 @@ using Kestrel.Transport.Linux.Diagnostics;
 using Kestrel.Transport.Linux.Listening;
 using Kestrel.Transport.Linux.Loop;
 using Microsoft.AspNetCore.Connections;
+using Microsoft.Extensions.Hosting;
 using Microsoft.Extensions.Logging;
 using Microsoft.Extensions.Options;
 
@@ -22,6 +23,7 @@ internal sealed class LinuxTransportFactory : IConnectionListenerFactory, IConne
     private readonly TransportMetrics _metrics;
     private readonly Lock _gate = new();
     private readonly List<EventLoopGroup> _groups = [];
+    private readonly List<EndPoint> _bound = [];
     private EventLoopGroup? _current;
     private bool _disposed;
 
@@ -29,7 +31,8 @@ internal sealed class LinuxTransportFactory : IConnectionListenerFactory, IConne
         IOptions<LinuxTransportOptions> options,
         ILoggerFactory loggerFactory,
         IMemoryPoolFactory<byte>? memoryPoolFactory = null,
-        IMeterFactory? meterFactory = null)
+        IMeterFactory? meterFactory = null,
+        IHostApplicationLifetime? lifetime = null)
     {
         ArgumentNullException.ThrowIfNull(options);
         ArgumentNullException.ThrowIfNull(loggerFactory);
@@ -45,7 +48,11 @@ internal sealed class LinuxTransportFactory : IConnectionListenerFactory, IConne
         _logger = loggerFactory.CreateLogger(TransportLog.Category);
         _memoryPoolFactory = memoryPoolFactory ?? SharedArrayPoolFactory.Instance;
         _metrics = new TransportMetrics(meterFactory);
-        TransportLog.Features(_logger, System.Runtime.InteropServices.RuntimeInformation.OSDescription, KernelFeatures.Current);
+        TransportLog.Features(_logger, System.Runtime.InteropServices.RuntimeInformation.OSDescription, KernelFeatures.For(_options));
+
+        // Once Kestrel has bound every endpoint: the one line at the default log level that says the transport is
+        // active, with its loops, its engine and what it serves.
+        lifetime?.ApplicationStarted.Register(static s => ((LinuxTransportFactory)s!).LogServing(), this);
     }
 
     /// <summary>The loops of the current group, for diagnostics and tests; empty before the first bind.</summary>
@@ -80,7 +87,13 @@ internal sealed class LinuxTransportFactory : IConnectionListenerFactory, IConne
         var group = AcquireGroup();
         try
         {
-            return await LinuxConnectionListener.BindAsync(group, endpoint, _options, _logger);
+            var listener = await LinuxConnectionListener.BindAsync(group, endpoint, _options, _logger);
+            lock (_gate)
+            {
+                _bound.Add(listener.EndPoint);
+            }
+
+            return listener;
         }
         catch
         {
@@ -104,6 +117,24 @@ internal sealed class LinuxTransportFactory : IConnectionListenerFactory, IConne
 
             return _current;
         }
+    }
+
+    private void LogServing()
+    {
+        string endPoints;
+        IReadOnlyList<EventLoop> loops;
+        lock (_gate)
+        {
+            if (_bound.Count == 0 || _current is null)
+            {
+                return;
+            }
+
+            endPoints = string.Join(", ", _bound.Select(static e => e is UnixDomainSocketEndPoint ? $"unix:{e}" : e.ToString()));
+            loops = _current.Loops;
+        }
+
+        TransportLog.Serving(_logger, endPoints, loops.Count, string.Join(" / ", loops.Select(static l => l.Engine.Name).Distinct()), _options.ApplicationSchedulingMode);
     }
 
     public async ValueTask DisposeAsync()

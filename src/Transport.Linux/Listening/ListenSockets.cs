@@ -45,7 +45,7 @@ internal sealed class ListenSockets : IDisposable
         {
             case IPEndPoint ip:
                 // Without SO_REUSEPORT (Linux < 3.9, or a seccomp filter), one socket serves all loops.
-                bool shared = !KernelFeatures.Current.ReusePort;
+                bool shared = !KernelFeatures.SocketsHere.ReusePort;
                 var fds = BindReusePortGroup(ip, shared ? 1 : loops, options.Backlog, reusePort: !shared, out int port);
                 var bound = new IPEndPoint(ip.Address, port);
                 if (options.TcpDeferAcceptSeconds > 0)

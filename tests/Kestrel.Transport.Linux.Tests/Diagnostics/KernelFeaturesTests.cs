@@ -10,7 +10,8 @@ public sealed class KernelFeaturesTests
     [Fact]
     public void The_probe_agrees_with_the_kernel()
     {
-        var features = KernelFeatures.Current;
+        var features = KernelFeatures.For(new LinuxTransportOptions { IoBackend = IoBackend.EpollAio });
+        var sockets = features.Sockets;
         var release = Environment.OSVersion.Version;
 
         Assert.Equal(NativeEngine.IsSupported, features.NativeEngine);
@@ -28,26 +29,48 @@ public sealed class KernelFeaturesTests
                 expected = false;
             }
 
-            Assert.Equal(expected, features.ReusePort);
+            Assert.Equal(expected, sockets.ReusePort);
         }
 
         // Kernel versions from CONTEXT.md: EPOLLEXCLUSIVE 4.5, MSG_ZEROCOPY 4.14, epoll busy-poll parameters 6.9.
-        Assert.Equal(release >= new Version(4, 5), features.EpollExclusive);
-        Assert.Equal(release >= new Version(6, 9), features.EpollBusyPollParameters);
+        Assert.Equal(release >= new Version(4, 5), sockets.EpollExclusive);
+        Assert.Equal(release >= new Version(6, 9), sockets.EpollBusyPollParameters);
         if (release >= new Version(4, 14))
         {
-            Assert.True(features.ZeroCopy);
+            Assert.True(sockets.ZeroCopy);
         }
 
         // AIO: available exactly when the native engine is and io_setup has room (fs.aio-max-nr).
         if (!features.NativeEngine)
         {
-            Assert.False(features.Aio);
+            Assert.Equal(-1, features.AioError);
         }
         else if (int.Parse(File.ReadAllText("/proc/sys/fs/aio-max-nr").Trim(), System.Globalization.CultureInfo.InvariantCulture) > 0)
         {
-            Assert.True(features.Aio, features.ToString());
+            Assert.True(features.AioError == 0, features.ToString());
         }
+    }
+
+    /// <summary>
+    /// Each backend probes what it may use and nothing else (the seccomp test in TechEmpower.Tests/IoUring shows the
+    /// default making neither call): AIO only for EpollAio, io_uring only where the backend may run on it.
+    /// </summary>
+    [Theory]
+    [InlineData(IoBackend.Epoll, ApplicationSchedulingMode.ThreadPool, false, false)]
+    [InlineData(IoBackend.Epoll, ApplicationSchedulingMode.Inline, false, false)]
+    [InlineData(IoBackend.EpollAio, ApplicationSchedulingMode.ThreadPool, true, false)]
+    [InlineData(IoBackend.Auto, ApplicationSchedulingMode.ThreadPool, false, false)]
+    [InlineData(IoBackend.Auto, ApplicationSchedulingMode.Adaptive, false, false)]
+    [InlineData(IoBackend.Auto, ApplicationSchedulingMode.Inline, false, true)]
+    [InlineData(IoBackend.IoUring, ApplicationSchedulingMode.ThreadPool, false, true)]
+    public void Only_what_the_backend_may_use_is_probed(IoBackend backend, ApplicationSchedulingMode scheduling, bool aio, bool ring)
+    {
+        var features = KernelFeatures.For(new LinuxTransportOptions { IoBackend = backend, ApplicationSchedulingMode = scheduling });
+
+        Assert.Equal(aio, features.AioError is not null);
+        Assert.Equal(ring, features.Ring is not null);
+        Assert.Equal(!aio, features.ToString().Contains("Linux AIO not probed", StringComparison.Ordinal));
+        Assert.Equal(!ring, features.ToString().Contains("io_uring not probed", StringComparison.Ordinal));
     }
 
     [Fact]

@@ -9,12 +9,18 @@ using Microsoft.Extensions.Options;
 
 namespace Kestrel.Transport.Linux.Tests.Diagnostics;
 
-/// <summary>The Kestrel.Transport.Linux meter, read the way dotnet-counters and OpenTelemetry read it: through a MeterListener.</summary>
+/// <summary>
+/// The Kestrel.Transport.Linux meter, read the way dotnet-counters and OpenTelemetry read it: through a MeterListener.
+/// Attributes carry OpenTelemetry's names (network.io.direction: receive, transmit; error.type), as Kestrel's own
+/// instruments do, so the recorder matches on them.
+/// </summary>
 public sealed class MetricsTests
 {
     /// <summary>
     /// With SendFromThreadPool the echo's pool threads send what they flushed themselves: the bytes count
     /// them, and the loop's send batches stay empty. Without it the loop sends, in its pass-end batches.
+    /// Each loop's memory pool is owned by "kestrel", as the Sockets transport's are, so the memory pool
+    /// instruments count it where dashboards look for Kestrel's memory.
     /// </summary>
     [Theory]
     [InlineData(true)]
@@ -48,8 +54,8 @@ public sealed class MetricsTests
 
             // A send is counted when its call returns, which can be after the peer has read the bytes
             // (its thread preempted right after the call): collect until the sends are in.
-            bool SendsCounted() => recorder.Last("kestrel.transport.linux.bytes", "send") >= Connections * MessageLength
-                && (sendFromThreadPool || recorder.Sum("kestrel.transport.linux.pass.bytes", "send") >= Connections * MessageLength);
+            bool SendsCounted() => recorder.Last("kestrel.transport.linux.bytes", "transmit") >= Connections * MessageLength
+                && (sendFromThreadPool || recorder.Sum("kestrel.transport.linux.pass.bytes", "transmit") >= Connections * MessageLength);
             using (var cts = new CancellationTokenSource(TestTimeouts.Default))
             {
                 recorder.Collect();
@@ -63,18 +69,18 @@ public sealed class MetricsTests
             Assert.Equal(Connections, recorder.Sum("kestrel.transport.linux.connections.accepted"));
             Assert.Equal(Connections, recorder.Sum("kestrel.transport.linux.connections.current"));
             Assert.True(recorder.Last("kestrel.transport.linux.bytes", "receive") >= Connections * MessageLength);
-            Assert.True(recorder.Last("kestrel.transport.linux.bytes", "send") >= Connections * MessageLength);
+            Assert.True(recorder.Last("kestrel.transport.linux.bytes", "transmit") >= Connections * MessageLength);
             Assert.True(recorder.Last("kestrel.transport.linux.loop.passes") > 0);
             Assert.True(recorder.Count("kestrel.transport.linux.pass.events") > 0);
             Assert.True(recorder.Sum("kestrel.transport.linux.pass.bytes", "receive") >= Connections * MessageLength);
             if (sendFromThreadPool)
             {
-                Assert.Equal(0, recorder.Sum("kestrel.transport.linux.pass.bytes", "send"));
+                Assert.Equal(0, recorder.Sum("kestrel.transport.linux.pass.bytes", "transmit"));
                 Assert.Equal(0, recorder.Count("kestrel.transport.linux.send.queue_length"));
             }
             else
             {
-                Assert.True(recorder.Sum("kestrel.transport.linux.pass.bytes", "send") >= Connections * MessageLength);
+                Assert.True(recorder.Sum("kestrel.transport.linux.pass.bytes", "transmit") >= Connections * MessageLength);
                 Assert.True(recorder.Count("kestrel.transport.linux.send.queue_length") > 0);
             }
 
@@ -91,6 +97,7 @@ public sealed class MetricsTests
         }
 
         Assert.Equal(0, recorder.Sum("kestrel.transport.linux.aio.fallbacks"));
+        Assert.Equal(["kestrel", "kestrel"], pool.Owners);
         pool.AssertAllReturned();
     }
 

@@ -22,7 +22,7 @@ public sealed class IoBackendChoiceTests
     [Fact]
     public async Task Auto_with_Inline_scheduling_runs_every_loop_on_io_uring_where_the_kernel_allows_it_and_says_so()
     {
-        Assert.True(KernelFeatures.Current.IoUring, $"io_uring is unavailable on this machine ({KernelFeatures.Current.IoUringDescription}); the CI and dev machines allow it.");
+        Assert.True(KernelFeatures.RingHere.Available, $"io_uring is unavailable on this machine ({KernelFeatures.RingHere.Description}); the CI and dev machines allow it.");
         var run = await BindAsync(IoBackend.Auto, useNativeEngine: true, ApplicationSchedulingMode.Inline);
 
         Assert.All(run.Backends, b => Assert.Equal(IoBackend.IoUring, b));

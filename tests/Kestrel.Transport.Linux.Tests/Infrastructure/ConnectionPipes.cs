@@ -7,6 +7,19 @@ namespace Kestrel.Transport.Linux.Tests.Infrastructure;
 /// <summary>Server-side helpers over a connection's pipes, each bounded in time.</summary>
 internal static class ConnectionPipes
 {
+    /// <summary>One round trip: <paramref name="client"/> sends 5000 bytes, the app reads them and writes them back, the client checks them.</summary>
+    public static async Task AssertEchoOnceAsync(this ConnectionContext connection, System.Net.Sockets.Socket client)
+    {
+        var message = TestData.Create(seed: 99, length: 5000);
+        await client.SendAllAsync(message);
+        var received = await connection.ReadExactlyAsync(message.Length);
+        Assert.Equal(message, received);
+        await connection.Transport.Output.WriteAsync(received).AsTask().WaitAsync(TestTimeouts.Default);
+        var reply = new byte[message.Length];
+        await client.ReceiveExactlyAsync(reply);
+        Assert.Equal(message, reply);
+    }
+
     /// <summary>Reads exactly <paramref name="count"/> bytes from the transport's input.</summary>
     public static async Task<byte[]> ReadExactlyAsync(this ConnectionContext connection, int count, TimeSpan? timeout = null)
     {

@@ -45,6 +45,9 @@ public sealed class DiagnosticMemoryPoolFactory : IMemoryPoolFactory<byte>
 
     public int PoolCount => _pools.Count;
 
+    /// <summary>The <see cref="MemoryPoolOptions.Owner"/> each pool was created with, in order.</summary>
+    public IReadOnlyList<string> Owners => [.. _pools.Select(static p => p.Owner)];
+
     public IReadOnlyCollection<string> Violations => _violations.ToArray();
 
     public MemoryPool<byte> Create(MemoryPoolOptions? options = null)

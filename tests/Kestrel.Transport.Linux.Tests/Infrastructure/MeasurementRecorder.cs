@@ -29,7 +29,10 @@ internal sealed class MeasurementRecorder : IDisposable
 
     public long Sum(string name) => (long)_measurements.Where(m => m.Name == name).Sum(m => m.Value);
 
-    /// <summary>The sum over measurements with <paramref name="tag"/>: a direction ("send"), or "key=value" for other tags ("zerocopy.copied=true").</summary>
+    /// <summary>
+    /// The sum over measurements with <paramref name="tag"/>: a network.io.direction ("receive", "transmit"), or "key=value"
+    /// for other tags ("kestrel.transport.linux.zerocopy.copied=true").
+    /// </summary>
     public long Sum(string name, string tag)
         => (long)_measurements.Where(m => m.Name == name && m.Tag == tag).Sum(m => m.Value);
 
@@ -48,7 +51,7 @@ internal sealed class MeasurementRecorder : IDisposable
         string? tagText = null;
         foreach (var tag in tags)
         {
-            tagText = tag.Key == "direction"
+            tagText = tag.Key == "network.io.direction"
                 ? tag.Value as string
                 : $"{tag.Key}={(tag.Value is bool b ? (b ? "true" : "false") : tag.Value)}";
         }

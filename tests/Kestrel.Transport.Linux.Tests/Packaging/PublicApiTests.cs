@@ -49,6 +49,22 @@ public sealed class PublicApiTests
         }
     }
 
+    /// <summary>
+    /// The assembly is unsigned, so a grant of its internals reaches any assembly that takes the name: only this
+    /// repository's test and microbenchmark assemblies have one, never an application's name (the sample's was
+    /// "TechEmpower").
+    /// </summary>
+    [Fact]
+    public void Internals_are_visible_only_to_the_repository_s_test_assemblies()
+    {
+        var grants = typeof(LinuxTransportOptions).Assembly.GetCustomAttributes<System.Runtime.CompilerServices.InternalsVisibleToAttribute>()
+            .Select(static a => a.AssemblyName)
+            .Order(StringComparer.Ordinal);
+        Assert.Equal(
+            ["Kestrel.Transport.Linux.Microbenchmarks", "Kestrel.Transport.Linux.Reliability.Tests", "Kestrel.Transport.Linux.Tests"],
+            grants);
+    }
+
     [Fact]
     public void Extensions_live_in_the_hosting_namespace_like_UseSockets()
     {

@@ -41,6 +41,32 @@ public sealed class ConnectionTests(ITestOutputHelper output)
         await transport.StopAsync();
     }
 
+    /// <summary>
+    /// Ids count on from the clock (UTC ticks) at the process's first connection, as the Sockets transport's do, not from
+    /// 1: a restarted server, or a second replica, does not repeat another's ids in logs and trace identifiers.
+    /// </summary>
+    [Theory]
+    [MemberData(nameof(Transports.LinuxOnly), MemberType = typeof(Transports))]
+    public async Task Connection_ids_count_on_from_the_clock_so_a_restart_does_not_repeat_them(TransportKind kind)
+    {
+        long processStarted = System.Diagnostics.Process.GetCurrentProcess().StartTime.ToUniversalTime().Ticks;
+        await using var transport = TestTransport.Create(kind, output);
+        var listener = await transport.BindAsync(s_loopback);
+        var ids = new List<long>();
+        for (var i = 0; i < 3; i++)
+        {
+            using var client = await TestSockets.ConnectAsync(listener.EndPoint);
+            var id = (await transport.AcceptAsync(listener)).ConnectionId;
+            Assert.Matches("^L[0-9A-F]{16}$", id);
+            ids.Add(long.Parse(id.AsSpan(1), System.Globalization.NumberStyles.HexNumber, System.Globalization.CultureInfo.InvariantCulture));
+        }
+
+        long now = DateTime.UtcNow.Ticks;
+        Assert.All(ids, id => Assert.InRange(id, processStarted, now));
+        Assert.True(ids[0] < ids[1] && ids[1] < ids[2], $"Ids do not increase: {string.Join(", ", ids)}");
+        await transport.StopAsync(expectRentals: false);
+    }
+
     [Theory]
     [MemberData(nameof(Transports.ConnectionLevel), MemberType = typeof(Transports))]
     public async Task Abort_sends_RST_and_faults_input_with_the_reason(TransportKind kind)

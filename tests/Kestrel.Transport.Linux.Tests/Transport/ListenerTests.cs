@@ -25,7 +25,7 @@ public sealed partial class ListenerTests(ITestOutputHelper output)
         using var client = await TestSockets.ConnectAsync(endPoint);
         var connection = await transport.AcceptAsync(listener);
         Assert.Equal(client.LocalEndPoint, connection.RemoteEndPoint);
-        await AssertEchoAsync(client, connection);
+        await connection.AssertEchoOnceAsync(client);
         await transport.StopAsync();
     }
 
@@ -80,7 +80,7 @@ public sealed partial class ListenerTests(ITestOutputHelper output)
         {
             using var client = await TestSockets.ConnectAsync(listener.EndPoint);
             var connection = await first.AcceptAsync(listener);
-            await AssertEchoAsync(client, connection);
+            await connection.AssertEchoOnceAsync(client);
         }
 
         await second.StopAsync(expectRentals: false);
@@ -100,7 +100,7 @@ public sealed partial class ListenerTests(ITestOutputHelper output)
         using var client = await TestSockets.ConnectAsync(endPoint);
         var connection = await transport.AcceptAsync(listener);
         Assert.Equal(client.LocalEndPoint, connection.RemoteEndPoint);
-        await AssertEchoAsync(client, connection);
+        await connection.AssertEchoOnceAsync(client);
         await transport.StopAsync();
     }
 
@@ -121,13 +121,13 @@ public sealed partial class ListenerTests(ITestOutputHelper output)
             Assert.True(
                 remote.Address.Equals(clientAddress) || remote.Address.Equals(clientAddress.MapToIPv6()),
                 $"RemoteEndPoint {remote} does not name the IPv4 client {v4.LocalEndPoint}.");
-            await AssertEchoAsync(v4, connection);
+            await connection.AssertEchoOnceAsync(v4);
         }
 
         using (var v6 = await TestSockets.ConnectAsync(new IPEndPoint(IPAddress.IPv6Loopback, port)))
         {
             var connection = await transport.AcceptAsync(listener);
-            await AssertEchoAsync(v6, connection);
+            await connection.AssertEchoOnceAsync(v6);
         }
 
         await transport.StopAsync();
@@ -149,7 +149,7 @@ public sealed partial class ListenerTests(ITestOutputHelper output)
             {
                 using var client = await TestSockets.ConnectAsync(endPoint);
                 var connection = await transport.AcceptAsync(listener);
-                await AssertEchoAsync(client, connection);
+                await connection.AssertEchoOnceAsync(client);
             }
 
             await transport.StopAsync();
@@ -181,22 +181,10 @@ public sealed partial class ListenerTests(ITestOutputHelper output)
         {
             using var client = await TestSockets.ConnectAsync(address);
             var connection = await transport.AcceptAsync(listener);
-            await AssertEchoAsync(client, connection);
+            await connection.AssertEchoOnceAsync(client);
         }
 
         await transport.StopAsync();
-    }
-
-    private static async Task AssertEchoAsync(Socket client, ConnectionContext connection)
-    {
-        var message = TestData.Create(seed: 99, length: 5000);
-        await client.SendAllAsync(message);
-        var received = await connection.ReadExactlyAsync(message.Length);
-        Assert.Equal(message, received);
-        await connection.Transport.Output.WriteAsync(received).AsTask().WaitAsync(TestTimeouts.Default);
-        var reply = new byte[message.Length];
-        await client.ReceiveExactlyAsync(reply);
-        Assert.Equal(message, reply);
     }
 
     [LibraryImport("libc", EntryPoint = "dup", SetLastError = true)]

@@ -162,7 +162,7 @@ public sealed class ZeroCopyTests(ITestOutputHelper output)
         await client.ReceiveExactlyAsync(new byte[Length], TestTimeouts.Default);
         await server.WaitUntilSentAsync(Length);
         long sends = await server.WaitForAllCompletionsAsync();
-        long copied = server.Recorder.Sum(Completions, "zerocopy.copied=true");
+        long copied = server.Recorder.Sum(Completions, "kestrel.transport.linux.zerocopy.copied=true");
         long refused = server.Recorder.Sum(Refused);
         output.WriteLine($"{sends} zero-copy sends, {copied} of them completed as copied; {refused} refused with ENOBUFS.");
         Assert.True(sends > 0, $"No send went out with MSG_ZEROCOPY ({refused} refused with ENOBUFS).");

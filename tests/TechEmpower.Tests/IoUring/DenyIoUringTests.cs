@@ -11,6 +11,9 @@ public sealed class DenyIoUringTests
     /// <summary>What <c>/proc/PID/fd</c> shows for an io_uring instance's fd (checked below where io_uring is allowed).</summary>
     public const string RingLink = "anon_inode:[io_uring]";
 
+    /// <summary>A process killed by SIGSYS (31), as .NET reports its exit code: 128 + the signal.</summary>
+    public const int KilledBySigsys = 128 + 31;
+
     private static readonly TimeSpan RunTimeout = TimeSpan.FromSeconds(30);
 
     [Theory]
@@ -34,6 +37,25 @@ public sealed class DenyIoUringTests
         {
             Assert.False(run.Line(call).StartsWith($"{call}: errno {errno} ", StringComparison.Ordinal), $"{call} was filtered too.{run}");
         }
+    }
+
+    /// <summary>KILL: the first io_uring call kills the probe with SIGSYS (exit code 128 + 31), before it prints a line.</summary>
+    [Fact]
+    public async Task With_KILL_the_first_io_uring_call_kills_the_process_with_SIGSYS()
+    {
+        var run = await RunAsync([.. await CProgram.DenyIoUringAsync("KILL"), await CProgram.PathOfAsync(CProgram.IoUringProbe)]);
+
+        Assert.True(run.ExitCode == KilledBySigsys, $"Expected death by SIGSYS ({KilledBySigsys}).{run}");
+        Assert.True(run.Line("io_uring_setup") == "", $"The probe went on past io_uring_setup.{run}");
+    }
+
+    [Fact]
+    public async Task With_KILL_a_command_that_makes_neither_call_runs_normally()
+    {
+        var run = await RunAsync([.. await CProgram.DenyIoUringAsync("KILL"), "cat", "/proc/self/status"]);
+
+        Assert.True(run.ExitCode == 0, $"cat under the KILL filter exited with {run.ExitCode}.{run}");
+        Assert.True(StatusField(run.Stdout, "Seccomp") == "2", $"The command does not run in seccomp filter mode (2).{run}");
     }
 
     [Fact]
@@ -67,8 +89,8 @@ public sealed class DenyIoUringTests
     [Theory]
     [InlineData(2, "usage: deny_io_uring", "EPERM", "true")]
     [InlineData(2, "usage: deny_io_uring", "EPERM", "true", "--")]
-    [InlineData(2, "'EWHAT' is not EPERM, ENOSYS", "EWHAT", "--", "true")]
-    [InlineData(2, "'4096' is not EPERM, ENOSYS", "4096", "--", "true")]
+    [InlineData(2, "'EWHAT' is not EPERM, ENOSYS, KILL", "EWHAT", "--", "true")]
+    [InlineData(2, "'4096' is not EPERM, ENOSYS, KILL", "4096", "--", "true")]
     [InlineData(127, "cannot execute '/nonexistent/command': No such file or directory", "EPERM", "--", "/nonexistent/command")]
     public async Task Bad_command_lines_fail_with_a_message(int exitCode, string message, params string[] arguments)
     {

@@ -84,6 +84,38 @@ public sealed partial class IoUringFallbackTests
         Assert.True(Regex.IsMatch(output, $@"\berrno {errno}\b"), $"The output does not say 'errno {errno}'.{Show(output)}");
     }
 
+    /// <summary>
+    /// Where a seccomp profile kills the process on io_uring_setup or io_setup instead of refusing them (systemd's
+    /// SystemCallFilter= without SystemCallErrorNumber=), a server whose backend uses neither must not call them, not
+    /// even to probe: the default (Epoll), and Auto with ThreadPool scheduling (which runs on epoll), start and serve.
+    /// </summary>
+    [Theory]
+    [InlineData(null)]
+    [InlineData("auto")]
+    public async Task A_backend_that_uses_neither_serves_under_a_filter_that_kills_on_io_uring_setup_and_io_setup(string? io)
+    {
+        string[] arguments = io is null ? SampleArguments()[..^2] : SampleArguments(io);
+        await using var sample = await SampleProcess.StartAsync(arguments, launcher: await CProgram.DenyIoUringAsync("KILL"));
+        AssertFiltered(sample);
+
+        await AssertServesPlaintextAsync(sample);
+
+        var links = FdLinks(sample.Id);
+        Assert.True(!links.Contains(RingLink), $"The sample holds an io_uring fd. Its fds: {Summary(links)}{Show(sample.Output)}");
+    }
+
+    /// <summary>The same filter kills a server whose backend does make those calls: the filter works, and the test above could fail.</summary>
+    [Theory]
+    [InlineData("aio")]
+    [InlineData("io_uring")]
+    public async Task A_backend_that_uses_AIO_or_io_uring_dies_under_that_filter(string io)
+    {
+        var (exitCode, output) = await SampleProcess.RunToExitAsync(SampleArguments(io), launcher: await CProgram.DenyIoUringAsync("KILL"));
+
+        Assert.True(exitCode == DenyIoUringTests.KilledBySigsys,
+            $"Expected --io {io} to die of SIGSYS ({DenyIoUringTests.KilledBySigsys}), not exit with {exitCode}.{Show(output)}");
+    }
+
     [Fact]
     public async Task IoUring_opens_one_ring_per_loop_thread_and_serves()
     {
@@ -98,7 +130,7 @@ public sealed partial class IoUringFallbackTests
             $"Expected {Threads} '{RingLink}' fds (one per loop thread), found {rings}. Its fds: {Summary(links)}{Show(sample.Output)}");
     }
 
-    private static string[] SampleArguments(string io) =>
+    private static string[] SampleArguments(string io = "epoll") =>
         ["--urls", "http://127.0.0.1:0", "--mode", "platform", "--threads", Threads.ToString(CultureInfo.InvariantCulture), "--io", io];
 
     private static async Task AssertServesPlaintextAsync(SampleProcess sample)

@@ -3,6 +3,12 @@
  * errno, the way a container runtime's seccomp profile makes them fail (Docker's default profile uses EPERM).
  *
  *     deny_io_uring EPERM|ENOSYS|<number> -- command [args...]
+ *     deny_io_uring KILL -- command [args...]
+ *
+ * KILL instead kills the process (SECCOMP_RET_KILL_PROCESS, Linux 4.14) on any of the three io_uring calls and on
+ * io_setup (Linux AIO), as systemd's SystemCallFilter= does without SystemCallErrorNumber=, and as custom
+ * Kubernetes profiles may: a program that only probes either facility dies of SIGSYS. It knows io_setup's number
+ * for the architecture it was built for only, so it kills any call made through another ABI.
  *
  * It sets no_new_privs (required to install a filter without CAP_SYS_ADMIN), installs a classic BPF seccomp filter
  * and execs the command with execvp, so the command keeps this process's pid and inherits the filter, as do all its
@@ -69,9 +75,35 @@ static int parse_errno(const char *text)
 
 static int usage(void)
 {
-    fprintf(stderr, "usage: deny_io_uring EPERM|ENOSYS|<errno 1-4095> -- command [args...]\n");
+    fprintf(stderr, "usage: deny_io_uring EPERM|ENOSYS|<errno 1-4095>|KILL -- command [args...]\n");
     return 2;
 }
+
+#if defined(__x86_64__)
+#define NATIVE_AUDIT_ARCH AUDIT_ARCH_X86_64
+#elif defined(__i386__)
+#define NATIVE_AUDIT_ARCH AUDIT_ARCH_I386
+#elif defined(__aarch64__)
+#define NATIVE_AUDIT_ARCH AUDIT_ARCH_AARCH64
+#else
+#define NATIVE_AUDIT_ARCH AUDIT_ARCH_ARM
+#endif
+
+/* KILL: io_setup and the three io_uring calls kill the process; so does any call through a foreign ABI (x32 on
+ * x86_64 included), whose io_setup number this filter would not know. */
+static struct sock_filter kill_filter[] = {
+    /* 0 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+    /* 1 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, NATIVE_AUDIT_ARCH, 1, 0),
+    /* 2 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
+    /* 3 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+    /* 4 */ BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, X32_SYSCALL_BIT, 4, 0),
+    /* 5 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_setup, 3, 0),
+    /* 6 */ BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, IO_URING_SETUP, 0, 3),
+    /* 7 */ BPF_JUMP(BPF_JMP | BPF_JGT | BPF_K, IO_URING_REGISTER, 2, 0),
+    /* 8 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
+    /* 9 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
+    /* 10 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+};
 
 int main(int argc, char **argv)
 {
@@ -79,9 +111,10 @@ int main(int argc, char **argv)
         return usage();
     }
 
-    int denied = parse_errno(argv[1]);
+    int kill_mode = strcmp(argv[1], "KILL") == 0;
+    int denied = kill_mode ? 0 : parse_errno(argv[1]);
     if (denied < 0) {
-        fprintf(stderr, "deny_io_uring: '%s' is not EPERM, ENOSYS or an errno number from 1 to 4095.\n", argv[1]);
+        fprintf(stderr, "deny_io_uring: '%s' is not EPERM, ENOSYS, KILL or an errno number from 1 to 4095.\n", argv[1]);
         return usage();
     }
 
@@ -105,6 +138,10 @@ int main(int argc, char **argv)
         .len = (unsigned short)(sizeof(filter) / sizeof(filter[0])),
         .filter = filter,
     };
+    if (kill_mode) {
+        program.len = (unsigned short)(sizeof(kill_filter) / sizeof(kill_filter[0]));
+        program.filter = kill_filter;
+    }
 
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {
         fprintf(stderr, "deny_io_uring: prctl(PR_SET_NO_NEW_PRIVS) failed: %s (errno %d)\n", strerror(errno), errno);

@@ -18,6 +18,19 @@ public sealed class CommandLineTests
         Assert.Contains("Usage: TechEmpower", output, StringComparison.Ordinal);
     }
 
+    /// <summary>
+    /// <c>--tuning</c> reaches the transport's own switches (through TransportTuning.cs, not InternalsVisibleTo): a
+    /// value the parser takes but the transport's validation refuses stops the server at start-up, naming it.
+    /// </summary>
+    [Fact]
+    public async Task Tuning_reaches_the_transport_whose_validation_refuses_an_out_of_range_switch()
+    {
+        var (exitCode, output) = await SampleProcess.RunToExitAsync(
+            ["--urls", "http://127.0.0.1:0", "--transport", "linux", "--tuning", "MaxBytesPerRead=1024"]);
+        Assert.True(exitCode != 0 && exitCode != SampleOptions.UsageExitCode, $"Expected a failed start, not exit code {exitCode}:{Environment.NewLine}{output}");
+        Assert.Contains("TransportTuning.MaxBytesPerRead must be between 2048 and 1048576, but was 1024", output, StringComparison.Ordinal);
+    }
+
     [Fact]
     public async Task Help_exits_0_with_the_usage()
     {

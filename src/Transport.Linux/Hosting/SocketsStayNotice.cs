@@ -4,12 +4,12 @@ using Microsoft.Extensions.Logging;
 
 namespace Kestrel.Transport.Linux.Hosting;
 
-/// <summary>Tells the operator, once, that UseLinuxTransport() did nothing on this OS.</summary>
-internal sealed class NonLinuxNotice(ILoggerFactory loggerFactory) : IHostedService
+/// <summary>Tells the operator, once, that UseLinuxTransport() left Kestrel on its Sockets transport, and why.</summary>
+internal sealed class SocketsStayNotice(ILoggerFactory loggerFactory, string reason) : IHostedService
 {
     public Task StartAsync(CancellationToken cancellationToken)
     {
-        TransportLog.NotLinux(loggerFactory.CreateLogger(TransportLog.Category), Environment.OSVersion.VersionString);
+        TransportLog.TransportOff(loggerFactory.CreateLogger(TransportLog.Category), reason);
         return Task.CompletedTask;
     }
 
