@@ -419,7 +419,8 @@ public sealed class BlockingHandlerTests(ITestOutputHelper output)
             }
 
             released.Set();
-        }) { IsBackground = true };
+        })
+        { IsBackground = true };
         thread.Start();
         holding.Wait();
         return thread;
