@@ -195,13 +195,17 @@ KTL_EXPORT int32_t ktl_ring_accept(ktl_ring *ring, int32_t fd, uint64_t user_dat
  * reference to the socket, so only then does closing the fd release it (FIN or RST goes
  * out, an unbound listener stops taking connections). Usually one io_uring_enter. wait == 0:
  * only queues the removal; the request's -ECANCELED then comes through ktl_ring_wait.
- * Returns 0 or -errno.
+ * Returns 0 or -errno. With wait, an error means the request may still hold its socket: no
+ * SQE could be had (-EBUSY), or io_uring_enter failed; it never waits for an answer that
+ * cannot come. Asking again later is safe.
  */
 KTL_EXPORT int32_t ktl_ring_remove(ktl_ring *ring, uint64_t user_data, int32_t wait);
 
 /*
  * As ktl_ring_remove with wait, for count requests at once: one io_uring_enter for all of
- * them (a loop closing several connections in one pass). Returns 0 or -errno.
+ * them (a loop closing several connections in one pass), more when they outnumber the
+ * submission queue. Returns 0, or -errno as ktl_ring_remove does: then some of them may
+ * still hold their sockets.
  */
 KTL_EXPORT int32_t ktl_ring_remove_all(ktl_ring *ring, const uint64_t *user_data, int32_t count);
 

@@ -21,7 +21,11 @@ KTL_EXPORT int32_t ktl_ring_supported(void)
 
 struct io_uring_sqe *ktl_ring_sqe(ktl_ring *ring)
 {
-    struct io_uring_sqe *sqe = io_uring_get_sqe(&ring->ring);
+    struct io_uring_sqe *sqe;
+
+    if (KTL_FAULT(KTL_FAULT_SQE) != 0)
+        return NULL;
+    sqe = io_uring_get_sqe(&ring->ring);
     if (sqe == NULL) {
         io_uring_submit(&ring->ring);
         sqe = io_uring_get_sqe(&ring->ring);
@@ -77,6 +81,8 @@ ktl_cqe ktl_ring_report(const struct io_uring_cqe *cqe)
 
 int ktl_ring_keep(ktl_ring *ring, ktl_cqe report)
 {
+    if (KTL_FAULT(KTL_FAULT_KEEP) != 0)
+        return -ENOMEM;
     if (ring->pending_head + ring->pending_count == ring->pending_capacity) {
         if (ring->pending_head > 0) {
             memmove(ring->pending, ring->pending + ring->pending_head,

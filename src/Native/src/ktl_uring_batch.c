@@ -74,13 +74,13 @@ KTL_EXPORT int32_t ktl_ring_batch(ktl_ring *ring, int32_t direction, ktl_op *ops
     }
 
     if (outstanding > 0) {
-        int ret = io_uring_submit(&ring->ring);
+        int ret = ktl_ring_enter(ring, KTL_ENTER_SUBMIT);
         while (1) {
             ktl_ring_reap(ring, NULL, 0, ops, &outstanding);
             if (outstanding == 0)
                 break;
             /* Not all completed inline: wait (this also runs deferred completion work). */
-            ret = io_uring_submit_and_wait(&ring->ring, 1);
+            ret = ktl_ring_enter(ring, KTL_ENTER_WAIT);
             if (ret < 0 && ret != -EINTR && ret != -ETIME && ret != -EAGAIN && ret != -EBUSY)
                 break;
         }

@@ -9,7 +9,7 @@
  *   - the wake-up: one pending read of the loop's eventfd (KTL_TAG_WAKE), re-armed each
  *     time it completes, so another thread's eventfd write ends a wait;
  *   - a batch's ops (KTL_TAG_OP | index), which never outlive ktl_ring_batch, and
- *     removals (KTL_TAG_REMOVE, KTL_TAG_REMOVE_QUIET);
+ *     removals (KTL_TAG_REMOVE | call << 32 | index, KTL_TAG_REMOVE_QUIET);
  *   - a batch's zero-copy sends (KTL_TAG_SEND_ZC | index << 32 | tag): their result comes
  *     within the batch, their notification (IORING_CQE_F_NOTIF, the same user_data) later,
  *     and is reported to the caller as KTL_RING_SEND_DONE | tag.
@@ -17,6 +17,7 @@
 #ifndef KTL_URING_RING_H
 #define KTL_URING_RING_H
 
+#include <errno.h>
 #include <stdint.h>
 #include <sys/socket.h>
 #include <sys/types.h>
@@ -24,6 +25,7 @@
 #include <liburing.h>
 
 #include "ktl.h"
+#include "ktl_fault.h"
 
 #define KTL_TAG_MASK (KTL_RING_INTERNAL | (0x7full << 56))
 #define KTL_TAG_WAKE (KTL_RING_INTERNAL | (1ull << 56))
@@ -57,9 +59,11 @@ struct ktl_ring {
     struct msghdr *msgs;
     int32_t msg_capacity;
 
-    /* ktl_ring_remove_all's bookkeeping, kept between calls (a loop removes on every pass that closes). */
+    /* ktl_ring_remove_all's bookkeeping, kept between calls (a loop removes on every pass that
+     * closes), and the number of the last call, which its cancels' user_data carry. */
     struct ktl_removal *removals;
     int32_t removal_capacity;
+    uint32_t removal_call;
 
     /* Caller completions reaped while a batch or a removal waited, for the next wait. */
     ktl_cqe *pending;
@@ -67,6 +71,35 @@ struct ktl_ring {
     int32_t pending_count;
     int32_t pending_capacity;
 };
+
+/* How ktl_ring_enter enters: submit only; submit and run the completion work; submit and wait for one completion. */
+#define KTL_ENTER_SUBMIT 0
+#define KTL_ENTER_EVENTS 1
+#define KTL_ENTER_WAIT 2
+
+/* A removal gives up after this many failed enters in a row that brought nothing (errors
+ * ktl_ring_retry allows): a refusal that persists must not spin the loop for good. */
+#define KTL_ENTER_MAX_IDLE 1000
+
+/* The io_uring_enter of a batch or a removal (the fault site KTL_FAULT_ENTER): submits what is
+ * queued and, as `how` says, runs the completion work or waits for a completion. */
+static inline int ktl_ring_enter(ktl_ring *ring, int how)
+{
+    int ret = KTL_FAULT(KTL_FAULT_ENTER);
+    if (ret != 0)
+        return ret;
+    if (how == KTL_ENTER_SUBMIT)
+        return io_uring_submit(&ring->ring);
+    if (how == KTL_ENTER_EVENTS)
+        return io_uring_submit_and_get_events(&ring->ring);
+    return io_uring_submit_and_wait(&ring->ring, 1);
+}
+
+/* True for an enter error worth another try (interrupted, or out of resources for a moment). */
+static inline int ktl_ring_retry(int ret)
+{
+    return ret == -EINTR || ret == -EAGAIN || ret == -EBUSY || ret == -ETIME;
+}
 
 /* An SQE, submitting what is queued first when the submission queue is full; NULL if none. */
 struct io_uring_sqe *ktl_ring_sqe(ktl_ring *ring);

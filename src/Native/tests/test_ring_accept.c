@@ -5,7 +5,6 @@
  * accepted into completions nobody read.
  */
 #include <arpa/inet.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -17,17 +16,6 @@
 #include "ktl_test.h"
 
 #define ACCEPT_DATA (KTL_RING_ACCEPT | 7u)
-
-static int open_fds(void)
-{
-    DIR *dir = opendir("/proc/self/fd");
-    int count = 0;
-    CHECK(dir != NULL);
-    while (readdir(dir) != NULL)
-        count++;
-    closedir(dir);
-    return count;
-}
 
 static int listen_loopback(struct sockaddr_in *addr)
 {
@@ -49,14 +37,6 @@ static int connect_to(const struct sockaddr_in *addr)
     CHECK(fd >= 0);
     CHECK(connect(fd, (const struct sockaddr *)addr, sizeof(*addr)) == 0);
     return fd;
-}
-
-/* The server side of `client` was closed: its read ends (EOF) within the time allowed. */
-static int sees_eof(int client)
-{
-    char c;
-    struct pollfd p = { .fd = client, .events = POLLIN };
-    return poll(&p, 1, 2000) == 1 && read(client, &c, 1) == 0;
 }
 
 static void test_arguments(ktl_ring *ring)

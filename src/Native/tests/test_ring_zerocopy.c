@@ -11,10 +11,6 @@
 
 #include "ktl_test.h"
 
-#ifndef SO_ZEROCOPY
-#define SO_ZEROCOPY 60
-#endif
-
 /* Waits up to timeout_ms for one notification; returns its res (0 or 1), or -1 when none came.
  * Any other completion fails the test: nothing else is armed on this ring. */
 static int wait_notification(ktl_ring *ring, uint32_t tag, int timeout_ms)
@@ -30,13 +26,6 @@ static int wait_notification(ktl_ring *ring, uint32_t tag, int timeout_ms)
         }
     }
     return -1;
-}
-
-static void zerocopy_pair(int fds[2])
-{
-    int one = 1;
-    tcp_pair(fds);
-    CHECK(setsockopt(fds[0], SOL_SOCKET, SO_ZEROCOPY, &one, sizeof(one)) == 0);
 }
 
 static void test_send_arrives_and_notifies(ktl_ring *ring)
