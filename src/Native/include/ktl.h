@@ -215,7 +215,10 @@ KTL_EXPORT int32_t ktl_ring_remove_all(ktl_ring *ring, const uint64_t *user_data
  * reported). On DEFER_TASKRUN rings one io_uring_enter runs at most 20 items of completion
  * work (Linux 6.13+): the rest comes with the next wait. A wake-up that a batch or a removal
  * consumed makes the next wait return at once. Returns the count, 0 on timeout, EINTR or a
- * wake-up, or -errno.
+ * wake-up, or -errno. Once a completion meant for the caller was lost (no memory to keep one
+ * that a batch or a removal came across: -ENOMEM; the kernel dropped one: -EBADR) every wait
+ * fails with that error: some request went quiet, and nobody can say which, so the ring
+ * cannot be trusted (a socket accepted into a lost completion is closed, not leaked).
  */
 KTL_EXPORT int32_t ktl_ring_wait(ktl_ring *ring, int32_t timeout_ms, ktl_cqe *out, int32_t capacity);
 
@@ -229,7 +232,9 @@ KTL_EXPORT int32_t ktl_ring_wait(ktl_ring *ring, int32_t timeout_ms, ktl_cqe *ou
  */
 KTL_EXPORT int32_t ktl_ring_batch(ktl_ring *ring, int32_t direction, ktl_op *ops, int32_t count);
 
-/* Closes the ring (from any thread, once its owner has stopped using it). NULL is ignored. */
+/* Closes the ring (from any thread, once its owner has stopped using it), closing the sockets
+ * accepted into completions nobody read: kept ones, those in the CQ ring and, on the owner's
+ * thread, those in the kernel's overflow list. NULL is ignored. */
 KTL_EXPORT void ktl_ring_destroy(ktl_ring *ring);
 
 #ifdef __cplusplus

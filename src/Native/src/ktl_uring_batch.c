@@ -81,7 +81,7 @@ KTL_EXPORT int32_t ktl_ring_batch(ktl_ring *ring, int32_t direction, ktl_op *ops
                 break;
             /* Not all completed inline: wait (this also runs deferred completion work). */
             ret = ktl_ring_enter(ring, KTL_ENTER_WAIT);
-            if (ret < 0 && ret != -EINTR && ret != -ETIME && ret != -EAGAIN && ret != -EBUSY)
+            if (ret < 0 && !ktl_ring_retry(ret))
                 break;
         }
         if (outstanding > 0)

@@ -51,7 +51,9 @@ struct ktl_ring {
     int32_t wake_fd;
     int32_t wake_error;   /* positive errno once the wake-up read failed for good */
     int32_t woken;        /* a wake-up was consumed outside ktl_ring_wait: the next wait must not block */
-    pid_t owner;          /* the thread that started the ring (and registered its fd) */
+    int32_t lost;         /* positive errno once a caller completion was lost: every wait then fails */
+    pid_t owner;          /* the thread that started the ring */
+    int32_t fd_registered; /* the ring's fd is registered with the owner (io_uring_register_ring_fd) */
     uint64_t wake_value;  /* the eventfd read's buffer: the kernel writes it */
     uint32_t abilities;   /* KTL_RING_* ability bits, probed by ktl_ring_start */
 
@@ -82,17 +84,22 @@ struct ktl_ring {
 #define KTL_ENTER_MAX_IDLE 1000
 
 /* The io_uring_enter of a batch or a removal (the fault site KTL_FAULT_ENTER): submits what is
- * queued and, as `how` says, runs the completion work or waits for a completion. */
+ * queued and, as `how` says, runs the completion work or waits for a completion. -EBADR (the
+ * kernel dropped a completion) marks the ring lost, as ktl_ring_lose does. */
 static inline int ktl_ring_enter(ktl_ring *ring, int how)
 {
     int ret = KTL_FAULT(KTL_FAULT_ENTER);
-    if (ret != 0)
-        return ret;
-    if (how == KTL_ENTER_SUBMIT)
-        return io_uring_submit(&ring->ring);
-    if (how == KTL_ENTER_EVENTS)
-        return io_uring_submit_and_get_events(&ring->ring);
-    return io_uring_submit_and_wait(&ring->ring, 1);
+    if (ret == 0) {
+        if (how == KTL_ENTER_SUBMIT)
+            ret = io_uring_submit(&ring->ring);
+        else if (how == KTL_ENTER_EVENTS)
+            ret = io_uring_submit_and_get_events(&ring->ring);
+        else
+            ret = io_uring_submit_and_wait(&ring->ring, 1);
+    }
+    if (ret == -EBADR && ring->lost == 0)
+        ring->lost = EBADR;
+    return ret;
 }
 
 /* True for an enter error worth another try (interrupted, or out of resources for a moment). */
@@ -109,8 +116,14 @@ struct io_uring_sqe *ktl_ring_sqe(ktl_ring *ring);
  * *capacity updated, or NULL when out of memory (items and *capacity unchanged). */
 void *ktl_ring_grow(void *items, int32_t *capacity, int32_t count, size_t item_size);
 
-/* Keeps a completion for the caller's next ktl_ring_wait (0, or -ENOMEM). */
-int ktl_ring_keep(ktl_ring *ring, ktl_cqe report);
+/*
+ * Keeps a caller completion (its own polls' and accepts', or a zero-copy notification) for the
+ * next ktl_ring_wait. Without memory to keep it (the list already holds a full CQ ring's worth)
+ * it is lost: a socket accepted into it is closed, and the ring is marked lost (ENOMEM), so
+ * every later wait fails. The caller cannot know which request went quiet (a poll never re-armed,
+ * a notification its close waits for), so it must not go on as if nothing happened.
+ */
+void ktl_ring_keep(ktl_ring *ring, const struct io_uring_cqe *cqe);
 
 /* True for a completion the caller hears of: its own polls' and accepts', and zero-copy notifications. */
 int ktl_ring_reports(const struct io_uring_cqe *cqe);

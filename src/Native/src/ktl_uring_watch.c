@@ -84,7 +84,7 @@ static unsigned reap_removals(ktl_ring *ring, removal *removals, int32_t count, 
             while (i < count && removals[i].target != data)
                 i++;
             if (i == count) {
-                (void)ktl_ring_keep(ring, ktl_ring_report(cqe));
+                ktl_ring_keep(ring, cqe);
                 continue;
             }
             if (!(cqe->flags & IORING_CQE_F_MORE))

@@ -5,7 +5,9 @@
  * failed), an io_uring_enter refused, no memory to keep a completion. Each call that could
  * hang runs under an alarm, so a hang fails with the call's name instead of stalling ctest.
  */
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <string.h>
@@ -120,6 +122,34 @@ static void test_removal_without_sqes_fails_instead_of_hanging(ktl_ring *ring)
     CHECK_EQ(ktl_ring_wait(ring, 50, ev, 16), 0);
 }
 
+/* An io_uring_enter that reports dropped completions (EBADR): the removal returns the error, and
+ * asked again it completes, not taking the first call's answers (which arrive during the second)
+ * for its own. The ring itself is lost from then on: its waits fail, since some request's
+ * completion is gone and nobody can say whose. */
+static void test_removal_after_an_enter_that_dropped_completions(void)
+{
+    int wake_fd = -1;
+    ktl_ring *ring = test_ring_create(64, &wake_fd);
+    CHECK(ring != NULL);
+    watched w = watch(ring, 12, 1, 900);
+    ktl_cqe ev[16];
+
+    ktl_fault_arm(KTL_FAULT_ENTER, 0, 1, EBADR);
+    guard("ktl_ring_remove_all with its io_uring_enter refused");
+    CHECK_EQ(ktl_ring_remove_all(ring, w.data, w.count), -EBADR);
+    unguard();
+    CHECK_EQ(ktl_fault_fired(KTL_FAULT_ENTER), 1);
+
+    guard("ktl_ring_remove_all asked again");
+    CHECK_EQ(ktl_ring_remove_all(ring, w.data + 6, 6), 0);
+    CHECK_EQ(ktl_ring_remove_all(ring, w.data, 6), 0);
+    unguard();
+    close_released(&w);
+    CHECK_EQ(ktl_ring_wait(ring, 0, ev, 16), -EBADR);
+    ktl_ring_destroy(ring);
+    close(wake_fd);
+}
+
 /*
  * A loop that closes more connections in one pass than the ring has SQEs: the submission
  * queue fills, is flushed, and goes on; also when that flush fails once. 2,100 requests on a
@@ -152,6 +182,113 @@ static void test_removal_of_more_requests_than_sqes(void)
     close(wake_fd);
 }
 
+static int listen_loopback(struct sockaddr_in *addr)
+{
+    socklen_t len = sizeof(*addr);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    CHECK(fd >= 0);
+    memset(addr, 0, sizeof(*addr));
+    addr->sin_family = AF_INET;
+    addr->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    CHECK(bind(fd, (struct sockaddr *)addr, sizeof(*addr)) == 0);
+    CHECK(listen(fd, 128) == 0);
+    CHECK(getsockname(fd, (struct sockaddr *)addr, &len) == 0);
+    return fd;
+}
+
+static int connect_to(const struct sockaddr_in *addr)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    CHECK(fd >= 0);
+    CHECK(connect(fd, (const struct sockaddr *)addr, sizeof(*addr)) == 0);
+    return fd;
+}
+
+/*
+ * A completion the engine cannot keep for lack of memory (here an accepted socket that
+ * arrived while a removal waited) is never dropped in silence: the socket in it is closed,
+ * and every later wait fails with ENOMEM, since the caller cannot know which request went quiet.
+ */
+static void test_a_completion_that_cannot_be_kept_fails_the_ring(void)
+{
+    struct sockaddr_in addr;
+    int listener = listen_loopback(&addr);
+    int wake_fd = -1;
+    ktl_ring *ring = test_ring_create(64, &wake_fd);
+    int other[2];
+    uint64_t poll_data = 77;
+    ktl_cqe ev[8];
+    CHECK(ring != NULL);
+
+    tcp_pair(other);
+    CHECK_EQ(ktl_ring_poll(ring, other[0], POLLIN | EPOLLET, poll_data), 0);
+    CHECK_EQ(ktl_ring_accept(ring, listener, KTL_RING_ACCEPT | 5u), 0);
+    CHECK_EQ(ktl_ring_wait(ring, 0, ev, 8), 0);
+    int client = connect_to(&addr);
+    int before = open_fds();                        /* the accept runs in the removal below */
+    usleep(20 * 1000);
+
+    ktl_fault_arm(KTL_FAULT_KEEP, 0, 1, ENOMEM);
+    CHECK_EQ(ktl_ring_remove_all(ring, &poll_data, 1), 0);
+    CHECK_EQ(ktl_fault_fired(KTL_FAULT_KEEP), 1);   /* the accept's completion came during the removal */
+
+    CHECK_EQ(ktl_ring_wait(ring, 0, ev, 8), -ENOMEM);
+    CHECK_EQ(ktl_ring_wait(ring, 0, ev, 8), -ENOMEM);
+    CHECK(sees_eof(client));                       /* the socket in it was closed, not leaked */
+    CHECK_EQ(open_fds(), before);
+
+    ktl_ring_destroy(ring);
+    close(wake_fd);
+    close(client);
+    close(other[0]);
+    close(other[1]);
+    close(listener);
+}
+
+/*
+ * Destroying a ring closes the sockets accepted into completions nobody read, also those the
+ * kernel holds in its overflow list because the completion queue was full: 40 connections
+ * against a ring of 8 entries (32 CQEs).
+ */
+static void test_destroy_closes_accepts_in_the_overflow_list(void)
+{
+    enum { N = 40 };
+    struct sockaddr_in addr;
+    int listener = listen_loopback(&addr);
+    int wake_fd = -1;
+    ktl_ring *ring = test_ring_create(8, &wake_fd);
+    int clients[N];
+    ktl_cqe ev[1];
+    CHECK(ring != NULL);
+
+    int before = open_fds();
+    CHECK_EQ(ktl_ring_accept(ring, listener, KTL_RING_ACCEPT | 6u), 0);
+    CHECK_EQ(ktl_ring_wait(ring, 0, ev, 1), 0);
+    for (int i = 0; i < N; i++)
+        clients[i] = connect_to(&addr);
+    usleep(20 * 1000);
+    /* One completion read; the rest fill the CQ, and the accept's last one overflows it. */
+    CHECK_EQ(ktl_ring_wait(ring, 1000, ev, 1), 1);
+    CHECK(ev[0].res >= 0);
+    close(ev[0].res);
+    ktl_ring_destroy(ring);
+    close(wake_fd);
+
+    int eofs = 0, left = 0;
+    for (int i = 0; i < N; i++) {
+        eofs += sees_eof(clients[i]);
+        close(clients[i]);
+    }
+    for (int fd; (fd = accept4(listener, NULL, NULL, SOCK_CLOEXEC)) >= 0;) {
+        left++;                                     /* never accepted: still in the backlog */
+        close(fd);
+    }
+    CHECK_EQ(eofs + left, N);
+    CHECK(eofs > 32);                               /* more than the CQ holds were accepted */
+    CHECK_EQ(open_fds(), before - 2);              /* less the ring's fd and the eventfd */
+    close(listener);
+}
+
 static void removals_on_a_shared_ring(void)
 {
     int wake_fd = -1;
@@ -161,6 +298,7 @@ static void removals_on_a_shared_ring(void)
     test_removal_without_sqes_fails_instead_of_hanging(ring);
     ktl_ring_destroy(ring);
     close(wake_fd);
+    test_removal_after_an_enter_that_dropped_completions();
 }
 
 static const struct {
@@ -169,6 +307,8 @@ static const struct {
 } tests[] = {
     { "removals", removals_on_a_shared_ring },
     { "removal_of_more_requests_than_sqes", test_removal_of_more_requests_than_sqes },
+    { "completion_not_kept", test_a_completion_that_cannot_be_kept_fails_the_ring },
+    { "destroy_closes_overflowed_accepts", test_destroy_closes_accepts_in_the_overflow_list },
 };
 
 /* Runs every test, or the one named (ktl_fault_tests NAME). */

@@ -223,7 +223,12 @@ internal sealed unsafe class UringEngine : IoEngine
                 return 0;
             }
 
-            throw Errno.ToException(-count, "io_uring_enter (the loop's wait)");
+            // ENOMEM or EBADR: a completion meant for the loop was lost (no memory to keep it, or the kernel
+            // dropped it), so some connection may never hear from its poll again; ktl.h fails every later wait,
+            // and the loop fails loudly (its connections reset) rather than leave one deaf without a word.
+            throw Errno.ToException(-count, count is -Errno.ENOMEM or -Errno.EBADR
+                ? "io_uring: the loop's ring lost a completion"
+                : "io_uring_enter (the loop's wait)");
         }
 
         for (int i = 0; i < count; i++)

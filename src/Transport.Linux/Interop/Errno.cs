@@ -22,6 +22,7 @@ internal static class Errno
     public const int EMFILE = 24;
     public const int EPIPE = 32;
     public const int ENOSYS = 38;
+    public const int EBADR = 53;
     public const int ENOTSOCK = 88;
     public const int EPROTOTYPE = 91;
     public const int EPROTO = 71;
