@@ -20,7 +20,7 @@
 extern "C" {
 #endif
 
-#define KTL_ABI_VERSION 5
+#define KTL_ABI_VERSION 6
 
 #define KTL_EXPORT __attribute__((visibility("default")))
 
@@ -39,6 +39,9 @@ extern "C" {
  * completion of ktl_ring_wait carrying the op's tag (KTL_RING_SEND_DONE); where the ring
  * cannot make it one (no KTL_RING_SENDS_ZEROCOPY, no room) it fails with -ENOBUFS, as
  * MSG_ZEROCOPY does without notification memory, and the caller sends the bytes by copying.
+ * After a ring batch the op's tag says whether that notification will come: kept when it
+ * will (also for a send that failed, or whose result was lost), 0 when it will not (the op
+ * never reached the kernel). Until it comes the kernel may still read the buffers.
  */
 #define KTL_SEND_ZEROCOPY 1
 
@@ -49,7 +52,8 @@ typedef struct ktl_op {
     const struct iovec *iov;   /* buffers; must stay valid for the duration of the call */
     int64_t result;            /* out: bytes transferred (0 = EOF on receive), or -errno */
     int32_t flags;             /* KTL_SEND_* bits; 0 for a plain op */
-    uint32_t tag;              /* a zero-copy send's number for its ring notification; else 0 */
+    uint32_t tag;              /* in: a zero-copy send's number for its ring notification, else 0;
+                                  out (ring batch): 0 unless that notification will come */
 } ktl_op;
 
 typedef struct ktl_engine ktl_engine;
@@ -228,7 +232,12 @@ KTL_EXPORT int32_t ktl_ring_wait(ktl_ring *ring, int32_t timeout_ms, ktl_cqe *ou
  * Zero-copy sends are SENDMSG_ZC ops of the batch where the ring has KTL_RING_SENDS_ZEROCOPY
  * (their notifications come later, through ktl_ring_wait), and otherwise run synchronously
  * (sendmsg with MSG_ZEROCOPY). Poll completions that arrive meanwhile are kept for the next
- * ktl_ring_wait. Returns count, or -errno.
+ * ktl_ring_wait. Every op has a result when it returns (unless ops is NULL). Returns count,
+ * or -errno: -EINVAL/-ENOMEM before anything was submitted (every op gets it), or the error of
+ * an io_uring_enter that failed with ops outstanding. Then each op keeps its own result where
+ * it has one, and the rest get the error; ops the kernel never read are voided
+ * (no later enter sends them), and a zero-copy op keeps its tag only if its notification may
+ * still come (ktl_op.tag).
  */
 KTL_EXPORT int32_t ktl_ring_batch(ktl_ring *ring, int32_t direction, ktl_op *ops, int32_t count);
 

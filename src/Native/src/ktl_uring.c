@@ -140,9 +140,13 @@ int32_t ktl_ring_reap(ktl_ring *ring, ktl_cqe *out, int32_t capacity, ktl_op *op
                 (*outstanding)--;
             }
         } else if ((data & KTL_TAG_MASK) == KTL_TAG_SEND_ZC) {
-            /* The send's result (its notification was handled above); F_MORE: one will follow. */
+            /* The send's result (its notification was handled above); F_MORE: one will follow,
+             * else the op's tag is cleared (ktl.h: no notification comes for it). */
             if (ops != NULL) {
-                ops[(data >> 32) & KTL_SEND_ZC_MAX_INDEX].result = cqe->res;
+                ktl_op *op = &ops[(data >> 32) & KTL_SEND_ZC_MAX_INDEX];
+                op->result = cqe->res;
+                if (!(cqe->flags & IORING_CQE_F_MORE))
+                    op->tag = 0;
                 (*outstanding)--;
             }
         } else if ((data & KTL_TAG_MASK) == KTL_TAG_WAKE) {

@@ -34,6 +34,8 @@
 #define KTL_TAG_REMOVE_QUIET (KTL_RING_INTERNAL | (4ull << 56))
 #define KTL_TAG_SEND_ZC (KTL_RING_INTERNAL | (5ull << 56))
 #define KTL_TAG_PROBE (KTL_RING_INTERNAL | (6ull << 56))
+/* A batch's op that never reached the kernel, turned into a NOP that posts nothing. */
+#define KTL_TAG_VOID (KTL_RING_INTERNAL | (7ull << 56))
 
 /* The batch index of a KTL_TAG_SEND_ZC user_data (bits 32..55); a larger batch copies. */
 #define KTL_SEND_ZC_MAX_INDEX ((1 << 24) - 1)
@@ -79,8 +81,8 @@ struct ktl_ring {
 #define KTL_ENTER_EVENTS 1
 #define KTL_ENTER_WAIT 2
 
-/* A removal gives up after this many failed enters in a row that brought nothing (errors
- * ktl_ring_retry allows): a refusal that persists must not spin the loop for good. */
+/* A batch or a removal gives up after this many failed enters in a row that brought nothing
+ * (errors ktl_ring_retry allows): a refusal that persists must not spin the loop for good. */
 #define KTL_ENTER_MAX_IDLE 1000
 
 /* The io_uring_enter of a batch or a removal (the fault site KTL_FAULT_ENTER): submits what is

@@ -182,6 +182,83 @@ static void test_removal_of_more_requests_than_sqes(void)
     close(wake_fd);
 }
 
+/*
+ * A batch whose io_uring_enter fails (EFAULT here) after part of it completed: on a ring of 8 entries, a
+ * batch of 12 sends submits its first 8 when it needs a ninth SQE, and then the enter that
+ * would submit the rest fails. Each op keeps its own result (a zero-copy send that went out
+ * keeps its number: its notification comes); the 4 that never reached the kernel get the
+ * error, and never go out later either.
+ */
+static void test_batch_keeps_each_result_when_an_enter_fails(void)
+{
+    enum { N = 12, ZC_SENT = 2, ZC_UNSENT = 10 };
+    int wake_fd = -1;
+    ktl_ring *ring = test_ring_create(8, &wake_fd);
+    int fds[N][2];
+    ktl_op ops[N];
+    struct iovec iov = { (void *)"abc", 3 };
+    ktl_cqe ev[8];
+    char buf[8];
+    CHECK(ring != NULL);
+    if (!(test_ring_abilities & KTL_RING_SENDS_ZEROCOPY)) {
+        CHECK(test_allowed("KTL_TEST_ALLOW_NO_URING"));
+        printf("SKIPPED: the batch check needs SENDMSG_ZC with usage reports (KTL_TEST_ALLOW_NO_URING=1)\n");
+        ktl_ring_destroy(ring);
+        close(wake_fd);
+        return;
+    }
+
+    for (int i = 0; i < N; i++) {
+        if (i == ZC_SENT || i == ZC_UNSENT)
+            zerocopy_pair(fds[i]);
+        else
+            tcp_pair(fds[i]);
+        ops[i] = (ktl_op){ .fd = fds[i][0], .iov_count = 1, .iov = &iov, .result = 99 };
+        if (i == ZC_SENT || i == ZC_UNSENT) {
+            ops[i].flags = KTL_SEND_ZEROCOPY;
+            ops[i].tag = 500u + (uint32_t)i;
+        }
+    }
+
+    CHECK_EQ(ktl_ring_wait(ring, 0, ev, 8), 0);     /* the wake-up's read, queued by start, goes in */
+    ktl_fault_arm(KTL_FAULT_ENTER, 0, 2, EFAULT);
+    guard("ktl_ring_batch with its io_uring_enter refused");
+    CHECK_EQ(ktl_ring_batch(ring, KTL_OP_SEND, ops, N), -EFAULT);
+    unguard();
+    for (int i = 0; i < 8; i++)
+        CHECK_EQ(ops[i].result, 3);
+    for (int i = 8; i < N; i++)
+        CHECK_EQ(ops[i].result, -EFAULT);
+    CHECK_EQ(ops[ZC_SENT].tag, 500u + ZC_SENT);   /* it went out: its notification will come */
+    CHECK_EQ(ops[ZC_UNSENT].tag, 0);              /* never submitted: none will */
+    ktl_fault_arm(KTL_FAULT_ENTER, 0, 0, 0);
+
+    /* The next waits submit whatever the failed batch left queued: nothing may go out of it. */
+    int notified = 0;
+    for (int round = 0; round < 10; round++) {
+        int32_t n = ktl_ring_wait(ring, 50, ev, 8);
+        CHECK(n >= 0);
+        for (int32_t j = 0; j < n; j++) {
+            CHECK_EQ(ev[j].user_data, KTL_RING_SEND_DONE | (500u + ZC_SENT));
+            notified++;
+        }
+    }
+    CHECK_EQ(notified, 1);
+    for (int i = 0; i < N; i++) {
+        ssize_t got = recv(fds[i][1], buf, sizeof(buf), MSG_DONTWAIT);
+        if (i < 8) {
+            CHECK_EQ(got, 3);
+        } else {
+            CHECK_EQ(got, -1);
+            CHECK_EQ(errno, EAGAIN);
+        }
+        close(fds[i][0]);
+        close(fds[i][1]);
+    }
+    ktl_ring_destroy(ring);
+    close(wake_fd);
+}
+
 static int listen_loopback(struct sockaddr_in *addr)
 {
     socklen_t len = sizeof(*addr);
@@ -307,6 +384,7 @@ static const struct {
 } tests[] = {
     { "removals", removals_on_a_shared_ring },
     { "removal_of_more_requests_than_sqes", test_removal_of_more_requests_than_sqes },
+    { "batch_keeps_each_result", test_batch_keeps_each_result_when_an_enter_fails },
     { "completion_not_kept", test_a_completion_that_cannot_be_kept_fails_the_ring },
     { "destroy_closes_overflowed_accepts", test_destroy_closes_accepts_in_the_overflow_list },
 };

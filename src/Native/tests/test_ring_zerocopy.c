@@ -50,6 +50,7 @@ static void test_send_arrives_and_notifies(ktl_ring *ring)
     CHECK_EQ(ktl_ring_batch(ring, KTL_OP_SEND, ops, 2), 2);
     CHECK_EQ(ops[0].result, (int64_t)sizeof(plain));
     CHECK_EQ(ops[1].result, LEN);
+    CHECK_EQ(ops[1].tag, 0xC0FFEEu);                          /* its notification will come */
 
     read_exact(fds[1], in, LEN);
     CHECK(check_pattern(in, LEN, 7, 0));
@@ -82,6 +83,7 @@ static void test_failed_send_still_notifies(ktl_ring *ring)
     ktl_op op = { .fd = fds[0], .iov_count = 1, .iov = &iov, .result = 99, .flags = KTL_SEND_ZEROCOPY, .tag = 41 };
     CHECK_EQ(ktl_ring_batch(ring, KTL_OP_SEND, &op, 1), 1);
     CHECK_EQ(op.result, -EAGAIN);
+    CHECK_EQ(op.tag, 41);                                     /* failed, and still notified */
     CHECK(wait_notification(ring, 41, 2000) >= 0);
     CHECK_EQ(wait_notification(ring, 41, 300), -1);
 

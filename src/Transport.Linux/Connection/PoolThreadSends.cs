@@ -72,7 +72,8 @@ internal sealed class PoolThreadSends(LinuxConnection connection, SendSide side,
             long requested = batch.RequestedAt(0);
             batch.Clear();
 
-            if (side.AfterZeroCopySend(sent))
+            // sendmsg(MSG_ZEROCOPY), notified on the error queue, never by the engine.
+            if (side.AfterZeroCopySend(sent, notified: false))
             {
                 continue;
             }

@@ -16,7 +16,7 @@ internal sealed class ZeroCopySends(uint firstId = 0)
 {
     private readonly List<ZeroCopyBlock> _staged = [];
     private readonly Queue<ZeroCopyBlock> _held = new();
-    private readonly List<(uint Id, int Blocks, bool Done, bool Op)> _sends = [];
+    private readonly List<(uint Id, int Blocks, bool Done, bool Op, bool Sent)> _sends = [];
     private uint _nextId = firstId;
     private uint _stagedOp;
 
@@ -62,12 +62,13 @@ internal sealed class ZeroCopySends(uint firstId = 0)
     }
 
     /// <summary>
-    /// After a send: false when it was not a staged zero-copy send. Otherwise true; a call that sent
-    /// bytes took the next id, and its blocks stay held until <see cref="Complete"/>; a failed call took none.
-    /// An engine's op that sent bytes is held until <see cref="CompleteOp"/>, and <paramref name="op"/> is its
-    /// number (0 otherwise).
+    /// After a send: false when it was not a staged zero-copy send. Otherwise true, and its blocks stay held until
+    /// the kernel says it is done with them. A <c>sendmsg(MSG_ZEROCOPY)</c> call that sent bytes took the next id
+    /// (<see cref="Complete"/>); a failed one took none and holds nothing. An engine's op is held while its
+    /// notification will come (<paramref name="notified"/>, ktl.h), whatever its result, since the kernel may read
+    /// its buffers until then; <paramref name="op"/> is then its number (<see cref="CompleteOp"/>), else 0.
     /// </summary>
-    public bool Commit(SysResult sent, out uint op)
+    public bool Commit(SysResult sent, bool notified, out uint op)
     {
         op = 0;
         if (_staged.Count == 0)
@@ -75,7 +76,8 @@ internal sealed class ZeroCopySends(uint firstId = 0)
             return false;
         }
 
-        if (!sent.IsError && sent.Value > 0)
+        bool sentBytes = !sent.IsError && sent.Value > 0;
+        if (_stagedOp != 0 ? notified : sentBytes)
         {
             foreach (var block in _staged)
             {
@@ -86,11 +88,11 @@ internal sealed class ZeroCopySends(uint firstId = 0)
             if (_stagedOp != 0)
             {
                 op = _stagedOp;
-                _sends.Add((op, _staged.Count, false, true));
+                _sends.Add((op, _staged.Count, false, true, sentBytes));
             }
             else
             {
-                _sends.Add((_nextId++, _staged.Count, false, false));
+                _sends.Add((_nextId++, _staged.Count, false, false, true));
             }
         }
 
@@ -122,8 +124,11 @@ internal sealed class ZeroCopySends(uint firstId = 0)
         return completed;
     }
 
-    /// <summary>The engine's zero-copy op <paramref name="op"/> is done. False when this holds no such send (a reset let it go).</summary>
-    public bool CompleteOp(uint op, bool copied)
+    /// <summary>
+    /// The engine's zero-copy op <paramref name="op"/> is done: false when this holds no such send. <paramref name="sent"/>
+    /// says whether it had sent bytes (a failed op is held for its notification too, but counts as no send).
+    /// </summary>
+    public bool CompleteOp(uint op, bool copied, out bool sent)
     {
         int i = 0;
         while (i < _sends.Count && !(_sends[i].Op && !_sends[i].Done && _sends[i].Id == op))
@@ -133,10 +138,12 @@ internal sealed class ZeroCopySends(uint firstId = 0)
 
         if (i == _sends.Count)
         {
+            sent = false;
             return false;
         }
 
-        KernelCopies |= copied;
+        sent = _sends[i].Sent;
+        KernelCopies |= copied && sent;
         _sends[i] = _sends[i] with { Done = true };
         ReleaseDone();
         return true;

@@ -257,7 +257,7 @@ public sealed class ZeroCopyTests(ITestOutputHelper output)
 
         // Memory the pool did not lend is never sent zero-copy.
         Assert.False(sends.Stage(new ReadOnlySequence<byte>(new byte[64]), 64));
-        Assert.False(sends.Commit(SysResult.FromNative(64), out _));
+        Assert.False(sends.Commit(SysResult.FromNative(64), notified: false, out _));
 
         var blocks = new IMemoryOwner<byte>[3];
         for (int i = 0; i < blocks.Length; i++)
@@ -267,11 +267,11 @@ public sealed class ZeroCopyTests(ITestOutputHelper output)
             if (i == 1)
             {
                 // A call that failed took no id: the next one gets it.
-                Assert.True(sends.Commit(SysResult.FromNative(-11), out _));
+                Assert.True(sends.Commit(SysResult.FromNative(-11), notified: false, out _));
                 Assert.True(sends.Stage(new ReadOnlySequence<byte>(blocks[i].Memory), 64));
             }
 
-            Assert.True(sends.Commit(SysResult.FromNative(100), out _));
+            Assert.True(sends.Commit(SysResult.FromNative(100), notified: false, out _));
         }
 
         Assert.Equal(3, sends.InFlight);
@@ -296,7 +296,7 @@ public sealed class ZeroCopyTests(ITestOutputHelper output)
         // A block the kernel is done with stays the pipe's until the pipe lets go.
         var held = pool.Rent(DiagnosticMemoryPoolFactory.BlockSize);
         Assert.True(sends.Stage(new ReadOnlySequence<byte>(held.Memory), 64));
-        Assert.True(sends.Commit(SysResult.FromNative(1), out _));
+        Assert.True(sends.Commit(SysResult.FromNative(1), notified: false, out _));
         Assert.Equal(1, sends.Complete(1, 1, copied: false));
         Assert.Equal(1, pool.Outstanding);
         held.Dispose();
@@ -309,7 +309,8 @@ public sealed class ZeroCopyTests(ITestOutputHelper output)
     /// <summary>
     /// The bookkeeping of both kinds of send on one connection (pool threads' sendmsg(MSG_ZEROCOPY) beside the
     /// loop's ring ops): an op takes no kernel id, each kind completes only its own sends, and blocks still go
-    /// back in send order.
+    /// back in send order. A ring op is held for as long as its notification is to come, also when it failed:
+    /// the kernel took it, and only the notification says it is done with the buffers.
     /// </summary>
     [Fact]
     public void Ring_ops_and_error_queue_sends_complete_apart_and_return_blocks_in_send_order()
@@ -327,32 +328,43 @@ public sealed class ZeroCopyTests(ITestOutputHelper output)
 
         // Kernel id 0, then ring op 7, then kernel id 1 (the op took no id).
         Assert.True(sends.Stage(new ReadOnlySequence<byte>(blocks[0].Memory), 64));
-        Assert.True(sends.Commit(SysResult.FromNative(100), out op));
+        Assert.True(sends.Commit(SysResult.FromNative(100), notified: false, out op));
         Assert.Equal(0u, op);
         Assert.True(sends.Stage(new ReadOnlySequence<byte>(blocks[1].Memory), 64, op: 7));
-        Assert.True(sends.Commit(SysResult.FromNative(100), out op));
+        Assert.True(sends.Commit(SysResult.FromNative(100), notified: true, out op));
         Assert.Equal(7u, op);
 
-        // A failed op holds nothing: its notification, when it comes, finds no send.
-        Assert.True(sends.Stage(new ReadOnlySequence<byte>(blocks[2].Memory), 64, op: 8));
-        Assert.True(sends.Commit(SysResult.FromNative(-11), out op));
+        // An op the engine refused before the kernel saw it holds nothing: no notification will come.
+        Assert.True(sends.Stage(new ReadOnlySequence<byte>(blocks[2].Memory), 64, op: 9));
+        Assert.True(sends.Commit(SysResult.FromNative(-105), notified: false, out op));
         Assert.Equal(0u, op);
-        Assert.False(sends.CompleteOp(8, copied: false));
+        Assert.False(sends.CompleteOp(9, copied: false, out _));
+
+        // An op that failed in the kernel is held until its notification, which says so.
+        Assert.True(sends.Stage(new ReadOnlySequence<byte>(blocks[2].Memory), 64, op: 8));
+        Assert.True(sends.Commit(SysResult.FromNative(-11), notified: true, out op));
+        Assert.Equal(8u, op);
 
         Assert.True(sends.Stage(new ReadOnlySequence<byte>(blocks[2].Memory), 64));
-        Assert.True(sends.Commit(SysResult.FromNative(100), out _));
+        Assert.True(sends.Commit(SysResult.FromNative(100), notified: false, out _));
         foreach (var block in blocks)
         {
             block.Dispose();
         }
 
         // The op first: nothing goes back, the kernel's id 0 is ahead of it.
-        Assert.True(sends.CompleteOp(7, copied: false));
-        Assert.False(sends.CompleteOp(7, copied: false));
+        Assert.True(sends.CompleteOp(7, copied: false, out bool sent));
+        Assert.True(sent);
+        Assert.False(sends.CompleteOp(7, copied: false, out _));
         Assert.Equal(3, pool.Outstanding);
 
-        // Kernel ids 0..1 complete as one range: 0 and 1 (the third send), not the op.
+        // Kernel ids 0..1 complete as one range: 0 and 1 (the last send), not the ops. Blocks 0 and 1 go back;
+        // block 2 waits for the failed op 8, which is ahead of id 1 (both still count as in flight).
         Assert.Equal(2, sends.Complete(0, 1, copied: false));
+        Assert.Equal(2, sends.InFlight);
+        Assert.Equal(1, pool.Outstanding);
+        Assert.True(sends.CompleteOp(8, copied: false, out sent));
+        Assert.False(sent);
         Assert.Equal(0, sends.InFlight);
         Assert.Equal(0, pool.Outstanding);
         Assert.False(sends.KernelCopies);
