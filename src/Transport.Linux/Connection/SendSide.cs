@@ -381,8 +381,11 @@ internal sealed class SendSide : IBatchOwner
     /// <summary>
     /// After a send op, with the side owned: a zero-copy send's blocks stay held until the kernel completes it
     /// (before the reader may advance past them); <paramref name="notified"/>: the engine's op will be notified
-    /// (<see cref="IoBatch.NotifiesAt"/>). True when it was one the kernel refused with ENOBUFS (its optmem limit,
-    /// msg_zerocopy.rst): the caller sends the same bytes again, and that send copies.
+    /// (<see cref="IoBatch.NotifiesAt"/>). True when it was one the kernel refused for want of memory to pin or
+    /// notify (ENOBUFS from sendmsg(MSG_ZEROCOPY): the optmem or the locked-memory limit, msg_zerocopy.rst; ENOMEM
+    /// from io_uring's SENDMSG_ZC, whose pages count against RLIMIT_MEMLOCK without CAP_IPC_LOCK since Linux 6.15)
+    /// or that the socket cannot send zero-copy (EOPNOTSUPP): the caller sends the same bytes again, and that
+    /// send copies. Any other error ends the connection.
     /// </summary>
     public bool AfterZeroCopySend(SysResult result, bool notified)
     {
@@ -401,7 +404,7 @@ internal sealed class SendSide : IBatchOwner
             _connection.Loop.Engine.AwaitZeroCopy(ringSend, _connection);
         }
 
-        ZeroCopy.SkipNext = result.Is(Errno.ENOBUFS);
+        ZeroCopy.SkipNext = result.IsError && result.Error is Errno.ENOBUFS or Errno.ENOMEM or Errno.EOPNOTSUPP;
         if (ZeroCopy.SkipNext)
         {
             _connection.Loop.OnZeroCopyRefused();

@@ -56,7 +56,7 @@ internal static partial class TransportLog
     [LoggerMessage(16, LogLevel.Debug, "Loop {Loop} pinned to CPU {Cpu}.")]
     public static partial void LoopPinned(ILogger logger, int loop, int cpu);
 
-    [LoggerMessage(17, LogLevel.Information, "Loop {Loop}: the kernel refused a MSG_ZEROCOPY send with ENOBUFS (over net.core.optmem_max, or over RLIMIT_MEMLOCK without CAP_IPC_LOCK); such a send goes out again by copying. Logged once per loop; kestrel.transport.linux.zerocopy.refused counts them all.")]
+    [LoggerMessage(17, LogLevel.Information, "Loop {Loop}: the kernel refused a zero-copy send (ENOBUFS: over net.core.optmem_max or, without CAP_IPC_LOCK, over RLIMIT_MEMLOCK; ENOMEM from io_uring: over RLIMIT_MEMLOCK without CAP_IPC_LOCK); such a send goes out again by copying. Logged once per loop; kestrel.transport.linux.zerocopy.refused counts them all.")]
     public static partial void ZeroCopyRefused(ILogger logger, int loop);
 
     [LoggerMessage(18, LogLevel.Information, "IoBackend=Auto: the loops run on io_uring ({Setup}): with Inline scheduling it measured ahead of epoll.")]

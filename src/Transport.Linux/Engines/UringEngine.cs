@@ -28,7 +28,6 @@ internal sealed unsafe class UringEngine : IoEngine
 
     private const int Ecanceled = 125;
     private const uint GenerationMask = (1u << 29) - 1; // bits 61 to 63 of the user data are not the generation's
-    private const int Eopnotsupp = 95;
 
     private readonly OwnedFd _wake;
     private readonly RingCompletion* _events;
@@ -248,7 +247,7 @@ internal sealed unsafe class UringEngine : IoEngine
     public override void Execute(IoBatch batch, IoDirection direction) => batch.Execute(_executor, direction);
 
     /// <summary>The epoll busy-poll parameters have no ring counterpart here (IORING_REGISTER_NAPI is not used).</summary>
-    public override SysResult SetBusyPoll(uint microseconds) => SysResult.FromNative(-Eopnotsupp);
+    public override SysResult SetBusyPoll(uint microseconds) => SysResult.FromNative(-Errno.EOPNOTSUPP);
 
     public override void Dispose()
     {
