@@ -1,4 +1,5 @@
 using System.Buffers;
+using System.Collections.Concurrent;
 using System.Runtime.InteropServices;
 using Kestrel.Transport.Linux.Interop;
 
@@ -14,6 +15,9 @@ namespace Kestrel.Transport.Linux.Connection;
 /// </summary>
 internal sealed class ZeroCopySends(uint firstId = 0)
 {
+    // Blocks of sends the kernel never reported done before their loop ended (Abandon): referenced for good.
+    private static readonly ConcurrentQueue<ZeroCopyBlock> s_abandoned = new();
+
     private readonly List<ZeroCopyBlock> _staged = [];
     private readonly Queue<ZeroCopyBlock> _held = new();
     private readonly List<(uint Id, int Blocks, bool Done, bool Op, bool Sent)> _sends = [];
@@ -166,15 +170,24 @@ internal sealed class ZeroCopySends(uint firstId = 0)
         _sends.RemoveRange(0, finished);
     }
 
-    /// <summary>After a reset and close: the kernel dropped the queued data along with the socket.</summary>
-    public void ReleaseAll()
+    /// <summary>
+    /// The loop is ending before the kernel said it is done with these sends: their blocks are kept referenced for the
+    /// rest of the process's life instead of going back to a pool (or to the garbage collector, which would reuse
+    /// the memory) while the kernel may still send from them. Returns how many blocks were kept.
+    /// </summary>
+    public int Abandon()
     {
+        int blocks = _held.Count;
         while (_held.TryDequeue(out var block))
         {
-            block.ReleaseSend();
+            s_abandoned.Enqueue(block);
         }
 
         _sends.Clear();
         _staged.Clear();
+        return blocks;
     }
+
+    /// <summary>Blocks kept by <see cref="Abandon"/> in this process (diagnostics and tests).</summary>
+    public static int AbandonedBlocks => s_abandoned.Count;
 }

@@ -70,4 +70,7 @@ internal static partial class TransportLog
 
     [LoggerMessage(21, LogLevel.Information, "IoBackend=Auto: the loops run on epoll: with ThreadPool scheduling io_uring measured no better than epoll (docs/performance.md).")]
     public static partial void AutoChoseEpoll(ILogger logger);
+
+    [LoggerMessage(22, LogLevel.Warning, "Loop {Loop} stopped while the kernel still held zero-copy sends of {Connections} connection(s): their sockets are closed, and their {Blocks} memory block(s) are kept out of the pool for the rest of the process rather than reused while a network device may still send from them.")]
+    public static partial void ZeroCopyAbandoned(ILogger logger, int loop, int blocks, int connections);
 }

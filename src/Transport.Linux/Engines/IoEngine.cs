@@ -87,11 +87,11 @@ internal abstract class IoEngine : IDisposable
     /// <summary>
     /// Forgets a connection's <paramref name="socket"/> that <paramref name="owner"/> registered, and closes it: here
     /// at once (closing is all epoll needs). An engine whose kernel requests hold the socket may take the fd over
-    /// and close it once they have ended (io_uring, by the next <see cref="Wait"/>), unless
-    /// <paramref name="immediately"/> says the caller is about to release memory the socket's queued data points
-    /// into. Either way <paramref name="socket"/> reads as closed when this returns. Called under the send lock.
+    /// and close it once they have ended (io_uring, by the next <see cref="Wait"/>). Either way
+    /// <paramref name="socket"/> reads as closed when this returns. Called under the send lock; never while the
+    /// kernel may still read the socket's zero-copy sends (the connection waits for their notifications first).
     /// </summary>
-    public virtual void Close(OwnedFd socket, object owner, bool immediately)
+    public virtual void Close(OwnedFd socket, object owner)
     {
         Unregister(socket.Value, owner, stillOpen: false);
         socket.Dispose();

@@ -192,13 +192,12 @@ internal sealed unsafe class UringEngine : IoEngine
     /// <summary>
     /// The poll holds its own reference to the socket: closing the fd before the poll has ended would not release
     /// the socket, and a peer would see no FIN. So the fd is taken over, and the next <see cref="Wait"/> removes
-    /// every poll closed in the pass with one <c>io_uring_enter</c> and then closes the fds; <paramref name="immediately"/>
-    /// does it now, with one <c>io_uring_enter</c> of its own.
+    /// every poll closed in the pass with one <c>io_uring_enter</c> and then closes the fds.
     /// </summary>
-    public override void Close(OwnedFd socket, object owner, bool immediately)
+    public override void Close(OwnedFd socket, object owner)
     {
         int fd = socket.Value;
-        if (immediately || fd < 0 || fd >= _owners.Length || !ReferenceEquals(_owners[fd], owner) || _generations[fd] == 0)
+        if (fd < 0 || fd >= _owners.Length || !ReferenceEquals(_owners[fd], owner) || _generations[fd] == 0)
         {
             Unregister(fd, owner, stillOpen: false);
             socket.Dispose();

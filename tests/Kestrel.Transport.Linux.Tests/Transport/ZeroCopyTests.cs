@@ -1,4 +1,5 @@
 using System.Buffers;
+using System.Collections.Concurrent;
 using System.Diagnostics;
 using System.Diagnostics.Metrics;
 using System.Net;
@@ -10,6 +11,7 @@ using Kestrel.Transport.Linux.Tests.Infrastructure;
 using Microsoft.AspNetCore.Connections;
 using Microsoft.Extensions.DependencyInjection;
 using Microsoft.Extensions.Options;
+using Microsoft.Win32.SafeHandles;
 
 namespace Kestrel.Transport.Linux.Tests.Transport;
 
@@ -196,51 +198,133 @@ public sealed class ZeroCopyTests(ITestOutputHelper output)
         const ulong Seed = 9;
         await using var server = new ZeroCopyServer(output, Engine.Epoll, keepWhenCopied: true, o => o.Tuning.SendFromThreadPool = sendFromThreadPool);
 
-        // The loops start here, in the host's namespace; only the sockets go into the test's own.
-        await server.BindAsync();
-        var (listener, client) = NetworkNamespace.Run(() =>
-        {
-            File.WriteAllText(NetworkNamespace.OptmemMax, "0");
-            var listener = server.Factory.BindAsync(new IPEndPoint(IPAddress.Loopback, 0)).AsTask().GetAwaiter().GetResult();
-            var client = new System.Net.Sockets.Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp);
-            client.Connect(listener.EndPoint);
-            return (listener, client);
-        }, out string namespaceId);
+        await using var inside = await server.BindInNamespaceAsync(clients: 1, prepare: () => File.WriteAllText(NetworkNamespace.OptmemMax, "0"));
+        var client = inside.Clients[0];
+        var connection = inside.Connections[0];
+        var linux = Assert.IsType<LinuxConnection>(connection);
+        Assert.True(linux.ZeroCopyEnabled, "The connection has zero-copy off (was SO_ZEROCOPY refused? see the log).");
 
-        await using (listener)
-        using (client)
-        {
-            var connection = await listener.AcceptAsync().AsTask().WaitAsync(TestTimeouts.Default);
-            var linux = Assert.IsType<LinuxConnection>(connection);
-            Assert.True(linux.ZeroCopyEnabled, "The connection has zero-copy off (was SO_ZEROCOPY refused? see the log).");
+        var received = client.ReceiveToEndHashedAsync(TestTimeouts.Large);
+        await WriteAsync(connection, Seed, Length);
+        await connection.Transport.Output.CompleteAsync();
+        var (length, sha256) = await received;
+        Assert.Equal(Length, length);
+        Assert.Equal(TestData.Sha256(Seed, Length), sha256);
+        await connection.DisposeAsync().AsTask().WaitAsync(TestTimeouts.Default);
 
-            var received = client.ReceiveToEndHashedAsync(TestTimeouts.Large);
-            await WriteAsync(connection, Seed, Length);
-            await connection.Transport.Output.CompleteAsync();
-            var (length, sha256) = await received;
-            Assert.Equal(Length, length);
-            Assert.Equal(TestData.Sha256(Seed, Length), sha256);
-            await connection.DisposeAsync().AsTask().WaitAsync(TestTimeouts.Default);
+        long refused = server.Recorder.Sum(Refused);
+        long sends = server.Recorder.Sum(Sends);
+        output.WriteLine($"{refused} zero-copy sends refused with ENOBUFS, {sends} made.");
+        Assert.True(refused > 0, "The kernel refused no zero-copy send: with optmem_max at 0 it should refuse them all, so the test proves nothing.");
+        Assert.Equal(0, sends);
+        Assert.Equal(0, server.Recorder.Sum(Completions));
+        Assert.Equal(0, linux.ZeroCopyInFlight);
 
-            long refused = server.Recorder.Sum(Refused);
-            long sends = server.Recorder.Sum(Sends);
-            output.WriteLine($"{refused} zero-copy sends refused with ENOBUFS, {sends} made.");
-            Assert.True(refused > 0, "The kernel refused no zero-copy send: with optmem_max at 0 it should refuse them all, so the test proves nothing.");
-            Assert.Equal(0, sends);
-            Assert.Equal(0, server.Recorder.Sum(Completions));
-            Assert.Equal(0, linux.ZeroCopyInFlight);
-        }
-
-        // The namespace's own thread has returned from its body; give the OS thread the moment it takes to exit.
-        var inside = NetworkNamespace.ThreadsInside(namespaceId);
-        for (var waited = Stopwatch.StartNew(); inside.Count > 0 && waited.Elapsed < TestTimeouts.ThreadExit; inside = NetworkNamespace.ThreadsInside(namespaceId))
-        {
-            await Task.Delay(20);
-        }
-
-        Assert.True(inside.Count == 0, $"Threads of the process are still in the test's network namespace: {string.Join(", ", inside)}");
+        await inside.DisposeAsync();
         server.AssertNoBlockHeld();
         await server.StopAndAssertPoolCleanAsync();
+    }
+
+    /// <summary>
+    /// A reset drops what the socket still queued, but not the packets already handed to a qdisc or a NIC's ring: the
+    /// kernel reads their pages until each zero-copy send's notification. A block back in the pool before then could go
+    /// out on the wire carrying whatever the pool put in it next. Here the test's namespace throttles loopback with a
+    /// tbf qdisc, so packets wait in it, and the diagnostic pool poisons each block it gets back (0xDD). Eight
+    /// connections are reset at once in the middle of their transfers; every byte their clients still receive must be
+    /// what was sent, and every block must come back once the kernel is done.
+    /// </summary>
+    [NetworkNamespaceTheory]
+    [MemberData(nameof(Engines))]
+    public async Task A_reset_returns_no_zero_copy_block_to_the_pool_while_a_queued_packet_still_points_into_it(Engine engine)
+    {
+        const int Connections = 8;
+        const int Length = 1024 * 1024;
+        const int FlowingBytes = 64 * 1024;
+        await using var server = new ZeroCopyServer(output, engine, keepWhenCopied: true);
+        await using var inside = await server.BindInNamespaceAsync(Connections);
+        inside.Execute("tc", "qdisc", "add", "dev", "lo", "root", "tbf", "rate", "16mbit", "burst", "80kb", "limit", "32mb");
+
+        var readers = inside.Clients.Select((client, i) => new WireReader(client, (ulong)i + 1)).ToArray();
+        for (int i = 0; i < Connections; i++)
+        {
+            await WriteAsync(inside.Connections[i], (ulong)i + 1, Length);
+        }
+
+        using (var flowing = new CancellationTokenSource(TestTimeouts.Default))
+        {
+            while (readers.Any(r => r.Received < FlowingBytes))
+            {
+                await Task.Delay(10, flowing.Token);
+            }
+        }
+
+        var linux = inside.Connections.Select(c => Assert.IsType<LinuxConnection>(c)).ToArray();
+        Assert.True(linux.All(c => c.ZeroCopyInFlight > 0), "A connection had no zero-copy send in flight at the reset: the test would prove nothing there.");
+        foreach (var connection in linux)
+        {
+            connection.Abort(new ConnectionAbortedException("test reset"));
+        }
+
+        await Task.WhenAll(readers.Select(r => r.Done)).WaitAsync(TestTimeouts.Default);
+        foreach (var connection in linux)
+        {
+            await connection.DisposeAsync().AsTask().WaitAsync(TestTimeouts.Default);
+        }
+
+        output.WriteLine(string.Join(Environment.NewLine, readers.Select((r, i) => $"client {i}: {r.Received} bytes, then {r.Ending}")));
+        var corrupt = readers.Select((r, i) => (Reader: r, Index: i)).Where(r => r.Reader.FirstWrong >= 0).ToArray();
+        Assert.True(corrupt.Length == 0, $"{corrupt.Length} client(s) received bytes that were never sent, such as connection {corrupt.FirstOrDefault().Index} at offset {corrupt.FirstOrDefault().Reader?.FirstWrong} ({corrupt.FirstOrDefault().Reader?.WrongByte:X2}; {DiagnosticMemoryPoolFactory.PoisonByte:X2} is the pool's poison): a block went back to the pool while a packet still pointed into it.");
+        Assert.All(readers, r => Assert.Equal(SocketError.ConnectionReset, r.Ending));
+        Assert.All(linux, c => Assert.Equal(0, c.ZeroCopyInFlight));
+
+        await inside.DisposeAsync();
+        server.AssertNoBlockHeld();
+        await server.StopAndAssertPoolCleanAsync();
+    }
+
+    /// <summary>
+    /// A stop resets every connection, then waits for their zero-copy notifications, but only
+    /// <see cref="Loop.EventLoop.ZeroCopyStopWaitMs"/>: packets crawling through a 64 kbit/s qdisc hold theirs back far
+    /// longer. The stop then closes the sockets, keeps those blocks out of the pool for good (the kernel may still
+    /// send from them), and says so in the log.
+    /// </summary>
+    [NetworkNamespaceTheory]
+    [MemberData(nameof(Engines))]
+    public async Task A_stop_waits_for_zero_copy_notifications_only_so_long_and_keeps_their_blocks_from_the_pool(Engine engine)
+    {
+        const int Length = 512 * 1024;
+        await using var server = new ZeroCopyServer(output, engine, keepWhenCopied: true);
+        await using var inside = await server.BindInNamespaceAsync(clients: 1);
+        inside.Execute("tc", "qdisc", "add", "dev", "lo", "root", "tbf", "rate", "64kbit", "burst", "80kb", "limit", "32mb");
+        var connection = Assert.IsType<LinuxConnection>(inside.Connections[0]);
+
+        // The client reads, so that packets keep going into the qdisc (a full receive window would keep them in the
+        // socket's queue, which the reset drops), until the first burst of the bucket is through.
+        var reader = new WireReader(inside.Clients[0], 3);
+        await WriteAsync(connection, 3, Length);
+        using (var flowing = new CancellationTokenSource(TestTimeouts.Default))
+        {
+            while (reader.Received < 64 * 1024)
+            {
+                await Task.Delay(10, flowing.Token);
+            }
+        }
+
+        Assert.True(connection.ZeroCopyInFlight > 0, "Every zero-copy send completed before the stop: the test would prove nothing.");
+        int abandonedBefore = ZeroCopySends.AbandonedBlocks;
+
+        var stopping = Stopwatch.StartNew();
+        await server.DisposeAsync().AsTask().WaitAsync(TestTimeouts.Default);
+        output.WriteLine($"The stop took {stopping.ElapsedMilliseconds} ms.");
+
+        int abandoned = ZeroCopySends.AbandonedBlocks - abandonedBefore;
+        Assert.True(stopping.ElapsedMilliseconds >= Loop.EventLoop.ZeroCopyStopWaitMs - 100, $"The stop took {stopping.ElapsedMilliseconds} ms: it did not wait for the notifications.");
+        Assert.True(abandoned > 0, "The stop kept no block from the pool, although the kernel still held zero-copy sends.");
+        Assert.Contains(server.Logs, l => l.Contains("stopped while the kernel still held zero-copy sends of 1 connection(s)", StringComparison.Ordinal));
+
+        // Exactly the kept blocks are still out of the diagnostic pool: everything else came back.
+        Assert.Equal(abandoned, server.Pool.OutstandingCount);
+        Assert.Equal(-1, reader.FirstWrong);
     }
 
     /// <summary>
@@ -396,6 +480,11 @@ public sealed class ZeroCopyTests(ITestOutputHelper output)
         private IConnectionListener? _listener;
         private bool _disposed;
 
+        /// <summary>Every log line of the transport.</summary>
+        public ConcurrentQueue<string> Logs { get; } = new();
+
+        public DiagnosticMemoryPoolFactory Pool => _pool;
+
         public ZeroCopyServer(ITestOutputHelper output, Engine engine, bool keepWhenCopied, Action<LinuxTransportOptions>? configure = null)
         {
             _engine = engine;
@@ -417,7 +506,7 @@ public sealed class ZeroCopyTests(ITestOutputHelper output)
             options.Tuning.SendFromThreadPool = engine != Engine.IoUringOps;
             options.Tuning.ZeroCopyWhenKernelCopies = keepWhenCopied;
             configure?.Invoke(options);
-            _loggerFactory = TestOutputLoggerProvider.CreateFactory(output);
+            _loggerFactory = TestOutputLoggerProvider.CreateFactory(output, record: Logs);
             _factory = new LinuxTransportFactory(Options.Create(options), _loggerFactory, _pool, meterFactory);
         }
 
@@ -439,6 +528,39 @@ public sealed class ZeroCopyTests(ITestOutputHelper output)
             }
 
             return _listener.EndPoint;
+        }
+
+        /// <summary>
+        /// Starts the loops here, in the host's namespace, then binds a listener inside a network namespace of the
+        /// test's own (after <paramref name="prepare"/> ran there) and connects <paramref name="clients"/> clients to it.
+        /// </summary>
+        public async Task<Namespaced> BindInNamespaceAsync(int clients, Action? prepare = null)
+        {
+            await BindAsync();
+            var (listener, sockets, handle) = NetworkNamespace.Run(() =>
+            {
+                prepare?.Invoke();
+                var handle = NetworkNamespace.Open();
+                var listener = _factory.BindAsync(new IPEndPoint(IPAddress.Loopback, 0)).AsTask().GetAwaiter().GetResult();
+                var sockets = new System.Net.Sockets.Socket[clients];
+                for (int i = 0; i < clients; i++)
+                {
+                    sockets[i] = new System.Net.Sockets.Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp);
+                    sockets[i].Connect(listener.EndPoint);
+                }
+
+                return (listener, sockets, handle);
+            }, out string id);
+
+            // The loops accept in their own order: Connections[i] is Clients[i]'s.
+            var connections = new ConnectionContext[clients];
+            for (int i = 0; i < clients; i++)
+            {
+                var connection = await listener.AcceptAsync().AsTask().WaitAsync(TestTimeouts.Default) ?? throw new InvalidOperationException("The listener stopped.");
+                connections[Array.FindIndex(sockets, c => Equals(c.LocalEndPoint, connection.RemoteEndPoint))] = connection;
+            }
+
+            return new Namespaced(id, handle, listener, sockets, connections);
         }
 
         public async Task<ConnectionContext> AcceptAsync()
@@ -520,5 +642,93 @@ public sealed class ZeroCopyTests(ITestOutputHelper output)
         }
 
         private long SentBytes() => _factory.Loops.Sum(l => l.BytesSent);
+    }
+
+    /// <summary>What <see cref="ZeroCopyServer.BindInNamespaceAsync"/> set up in the test's network namespace.</summary>
+    private sealed class Namespaced(string id, SafeFileHandle handle, IConnectionListener listener, System.Net.Sockets.Socket[] clients, ConnectionContext[] connections) : IAsyncDisposable
+    {
+        private bool _disposed;
+
+        public System.Net.Sockets.Socket[] Clients { get; } = clients;
+
+        public ConnectionContext[] Connections { get; } = connections;
+
+        /// <summary>Runs a command (tc) in the namespace.</summary>
+        public void Execute(params string[] command) => NetworkNamespace.Execute(handle, command);
+
+        /// <summary>Closes the clients, the listener and the namespace, and checks that no thread of the process is left in it.</summary>
+        public async ValueTask DisposeAsync()
+        {
+            if (_disposed)
+            {
+                return;
+            }
+
+            _disposed = true;
+            foreach (var client in Clients)
+            {
+                client.Dispose();
+            }
+
+            await listener.DisposeAsync();
+            handle.Dispose();
+
+            // The namespace's own thread has returned from its body; give the OS thread the moment it takes to exit.
+            var inside = NetworkNamespace.ThreadsInside(id);
+            for (var waited = Stopwatch.StartNew(); inside.Count > 0 && waited.Elapsed < TestTimeouts.ThreadExit; inside = NetworkNamespace.ThreadsInside(id))
+            {
+                await Task.Delay(20);
+            }
+
+            Assert.True(inside.Count == 0, $"Threads of the process are still in the test's network namespace: {string.Join(", ", inside)}");
+        }
+    }
+
+    /// <summary>A client that reads until the connection ends, checking each byte against what was sent.</summary>
+    private sealed class WireReader
+    {
+        private long _received;
+
+        public WireReader(System.Net.Sockets.Socket client, ulong seed) => Done = ReadAsync(client, seed);
+
+        public long Received => Interlocked.Read(ref _received);
+
+        /// <summary>The stream offset of the first byte that was not what was sent, or -1.</summary>
+        public long FirstWrong { get; private set; } = -1;
+
+        public byte WrongByte { get; private set; }
+
+        /// <summary>How the connection ended: Success for end of stream, else the socket error.</summary>
+        public SocketError Ending { get; private set; }
+
+        public Task Done { get; }
+
+        private async Task ReadAsync(System.Net.Sockets.Socket client, ulong seed)
+        {
+            var buffer = new byte[64 * 1024];
+            var expected = new byte[buffer.Length];
+            try
+            {
+                int read;
+                while ((read = await client.ReceiveAsync(buffer, SocketFlags.None)) > 0)
+                {
+                    TestData.Fill(seed, _received, expected.AsSpan(0, read));
+                    int wrong = buffer.AsSpan(0, read).CommonPrefixLength(expected.AsSpan(0, read));
+                    if (wrong < read && FirstWrong < 0)
+                    {
+                        FirstWrong = _received + wrong;
+                        WrongByte = buffer[wrong];
+                    }
+
+                    Interlocked.Add(ref _received, read);
+                }
+
+                Ending = SocketError.Success;
+            }
+            catch (SocketException e)
+            {
+                Ending = e.SocketErrorCode;
+            }
+        }
     }
 }
