@@ -116,6 +116,13 @@ internal abstract class IoEngine : IDisposable
     public const uint ZeroCopyDone = 1u << 24;
 
     /// <summary>
+    /// What <see cref="EventsAt"/> reports when the engine can no longer watch the owner's socket (io_uring: its poll
+    /// failed, or could not be armed again): no event of the socket would reach the owner from now on, so the owner
+    /// gives the socket up rather than wait for one. Not an epoll bit.
+    /// </summary>
+    public const uint RegistrationLost = 1u << 25;
+
+    /// <summary>
     /// True when a zero-copy send in this loop's batches is an operation of the kernel's own (io_uring's
     /// SENDMSG_ZC) that carries a number (<see cref="NextZeroCopySend"/>), and its notification comes as a
     /// <see cref="ZeroCopyDone"/> event; false when it is <c>sendmsg(MSG_ZEROCOPY)</c>, notified on the socket's

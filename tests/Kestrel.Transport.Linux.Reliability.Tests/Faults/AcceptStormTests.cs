@@ -187,6 +187,108 @@ public sealed class AcceptStormTests(ITestOutputHelper output)
     }
 
     /// <summary>
+    /// On io_uring an accept that fails for want of descriptors ends the kernel's multishot accept, and the listener
+    /// backs off. A client that connects meanwhile must wait in the backlog and be served once descriptors are free,
+    /// not be accepted by an accept queued again in the same submission as the backoff's removal and then closed as
+    /// the removed accept's socket. Descriptors come free at the worst moment here: the transport's own warning about
+    /// the EMFILE, logged on the loop thread, frees them, between that accept's failure and the loop's next
+    /// submission. Before, that client got an empty reply.
+    /// </summary>
+    [Fact]
+    public async Task A_client_queued_while_an_io_uring_accept_backs_off_from_EMFILE_is_served_not_dropped()
+    {
+        var (soft, _) = FileDescriptorLimit.Get();
+        var reserve = new List<Microsoft.Win32.SafeHandles.SafeFileHandle>();
+        try
+        {
+            await BackOffAsync(soft, reserve);
+        }
+        finally
+        {
+            lock (reserve)
+            {
+                reserve.ForEach(h => h.Dispose());
+            }
+
+            FileDescriptorLimit.SetSoft(soft);
+        }
+    }
+
+    private async Task BackOffAsync(ulong soft, List<Microsoft.Win32.SafeHandles.SafeFileHandle> reserve)
+    {
+        var logs = new LogRecorder
+        {
+            OnWarning = warning =>
+            {
+                if (warning.Contains("accept on", StringComparison.Ordinal) && warning.Contains("(errno 24)", StringComparison.Ordinal))
+                {
+                    lock (reserve)
+                    {
+                        reserve.ForEach(h => h.Dispose());
+                        reserve.Clear();
+                    }
+                }
+            },
+        };
+        Task<TestHost> StartHostAsync() => TestHost.StartAsync(
+            TransportKind.LinuxIoUring,
+            output,
+            context =>
+            {
+                var body = "storm " + context.Request.Path.Value!.Split('/')[2];
+                context.Response.ContentLength = body.Length;
+                return context.Response.WriteAsync(body);
+            },
+            s =>
+            {
+                s.Builder = logs.AddTo;
+                s.Linux = o => o.ThreadCount = 1;
+            });
+
+        // The kernel reads RLIMIT_NOFILE when it arms an accept, so the limit is lowered before the host starts (see
+        // StormAsync), with the room a trial start showed the host and the client process to need.
+        int before = ProcessResources.OpenFileDescriptors().Count;
+        await using (await StartHostAsync())
+        {
+            before -= ProcessResources.OpenFileDescriptors().Count;
+        }
+
+        FileDescriptorLimit.SetSoft((ulong)(ProcessResources.OpenFileDescriptors().Count - before + ClientProcessDescriptors + Headroom));
+        await using var host = await StartHostAsync();
+        await using var clients = PythonClient.Start(Script, host.Address.Port.ToString(CultureInfo.InvariantCulture));
+        Assert.Equal("opened 1", await clients.CommandAsync("open 1", TestTimeouts.Default));
+        Assert.Equal("collected 1 of 1 errors: none", await clients.CommandAsync("collect 10", TestTimeouts.Default));
+
+        // Every descriptor the limit leaves is taken, so the next accept fails with EMFILE.
+        StartThreadPoolThreads(32);
+        lock (reserve)
+        {
+            while (true)
+            {
+                try
+                {
+                    reserve.Add(File.OpenHandle("/dev/null"));
+                }
+                catch (IOException)
+                {
+                    break;
+                }
+            }
+        }
+
+        Assert.True(reserve.Count > 0, "No descriptor was left to take: the limit did not leave the room it should.");
+        Assert.Equal("opened 2", await clients.CommandAsync("open 1", TestTimeouts.Default));
+        var collected = await clients.CommandAsync("collect 10", TestTimeouts.Default);
+        FileDescriptorLimit.SetSoft(soft);
+        output.WriteLine($"The client that connected during the backoff: {collected}");
+
+        Assert.Contains(logs.Warnings, w => w.Contains("accept on", StringComparison.Ordinal) && w.Contains("(errno 24)", StringComparison.Ordinal));
+        Assert.Equal("collected 1 of 1 errors: none", collected);
+        logs.AssertNone("A client queued during an accept's backoff");
+        await host.StopAsync();
+    }
+
+    /// <summary>
     /// The runtime itself cannot start a thread while the process has no descriptor left: it fails fast with
     /// "Out of memory." (strace showed it opening /proc/self/status right after clone3 and aborting on EMFILE).
     /// That is the runtime's limit, not the transport's, so the thread pool gets its threads before the storm
