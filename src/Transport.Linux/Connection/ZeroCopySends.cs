@@ -7,7 +7,9 @@ namespace Kestrel.Transport.Linux.Connection;
 
 /// <summary>
 /// One connection's zero-copy sends in flight; each holds the blocks its iovecs pointed into until the kernel
-/// says it is done with them. Two kinds, in one queue so that blocks go back in send order:
+/// says it is done with them, and keeps each one pinned until then: the kernel reads the pages the memory had when
+/// it was sent, and a pool need not hand out pinned memory (MemoryPool&lt;byte&gt;.Shared does not, nor may a pool an
+/// app registers), so a compacting GC could otherwise move the array and put other objects on those pages. Two kinds, in one queue so that blocks go back in send order:
 /// <c>sendmsg(MSG_ZEROCOPY)</c>, which the kernel numbers per socket from 0, one id per call that queued data,
 /// and reports done in ranges of ids on the error queue; and an engine's own zero-copy ops (io_uring's
 /// SENDMSG_ZC), numbered by the engine, each reported done by itself. Used under the connection's send lock,
@@ -15,11 +17,11 @@ namespace Kestrel.Transport.Linux.Connection;
 /// </summary>
 internal sealed class ZeroCopySends(uint firstId = 0)
 {
-    // Blocks of sends the kernel never reported done before their loop ended (Abandon): referenced for good.
-    private static readonly ConcurrentQueue<ZeroCopyBlock> s_abandoned = new();
+    // Blocks of sends the kernel never reported done before their loop ended (Abandon): referenced, and pinned, for good.
+    private static readonly ConcurrentQueue<(ZeroCopyBlock Block, MemoryHandle Pin)> s_abandoned = new();
 
     private readonly List<ZeroCopyBlock> _staged = [];
-    private readonly Queue<ZeroCopyBlock> _held = new();
+    private readonly Queue<(ZeroCopyBlock Block, MemoryHandle Pin)> _held = new();
     private readonly List<(uint Id, int Blocks, bool Done, bool Op, bool Sent)> _sends = [];
     private uint _nextId = firstId;
     private uint _stagedOp;
@@ -83,10 +85,11 @@ internal sealed class ZeroCopySends(uint firstId = 0)
         bool sentBytes = !sent.IsError && sent.Value > 0;
         if (_stagedOp != 0 ? notified : sentBytes)
         {
+            // Pinned before the batch's own pins go (for a pre-pinned pool's memory that costs no handle).
             foreach (var block in _staged)
             {
                 block.AddSend();
-                _held.Enqueue(block);
+                _held.Enqueue((block, block.Pin()));
             }
 
             if (_stagedOp != 0)
@@ -161,7 +164,9 @@ internal sealed class ZeroCopySends(uint firstId = 0)
         {
             for (int b = 0; b < _sends[finished].Blocks; b++)
             {
-                _held.Dequeue().ReleaseSend();
+                var (block, pin) = _held.Dequeue();
+                pin.Dispose();
+                block.ReleaseSend();
             }
 
             finished++;
@@ -178,9 +183,9 @@ internal sealed class ZeroCopySends(uint firstId = 0)
     public int Abandon()
     {
         int blocks = _held.Count;
-        while (_held.TryDequeue(out var block))
+        while (_held.TryDequeue(out var held))
         {
-            s_abandoned.Enqueue(block);
+            s_abandoned.Enqueue(held);
         }
 
         _sends.Clear();

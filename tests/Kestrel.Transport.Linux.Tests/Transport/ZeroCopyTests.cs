@@ -328,6 +328,62 @@ public sealed class ZeroCopyTests(ITestOutputHelper output)
     }
 
     /// <summary>
+    /// A pool need not hand out pinned memory (MemoryPool&lt;byte&gt;.Shared does not, nor need one an app registers): a
+    /// compacting GC may move its arrays, while the kernel reads a zero-copy send's pages until its notification. Here
+    /// the pool's blocks are ordinary arrays with garbage between them; while the sends wait in the socket (the client's
+    /// small receive buffer is full), compacting collections run and new arrays full of 0x5A fill the heap. Had a block
+    /// moved, its old pages would carry 0x5A to the client.
+    /// </summary>
+    [Theory]
+    [MemberData(nameof(Engines))]
+    public async Task Zero_copy_sends_from_a_pool_of_movable_arrays_arrive_intact_across_compacting_collections(Engine engine)
+    {
+        const int Length = 2 * 1024 * 1024;
+        const ulong Seed = 17;
+        var pool = new MovableMemoryPoolFactory();
+        await using var server = new ZeroCopyServer(output, engine, keepWhenCopied: true, pool: pool);
+        var endPoint = await server.BindAsync();
+        using var client = new System.Net.Sockets.Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp) { ReceiveBufferSize = 64 * 1024 };
+        await client.ConnectAsync(endPoint);
+        var connection = await server.AcceptAsync();
+        var linux = Assert.IsType<LinuxConnection>(connection);
+
+        await WriteAsync(connection, Seed, Length);
+        await connection.Transport.Output.CompleteAsync();
+        using (var filling = new CancellationTokenSource(TestTimeouts.Default))
+        {
+            long sent;
+            do
+            {
+                sent = server.BytesSent;
+                await Task.Delay(100, filling.Token);
+            }
+            while (server.BytesSent != sent || sent < 256 * 1024);
+        }
+
+        Assert.True(linux.ZeroCopyInFlight > 0, "No zero-copy send waited in the socket: the test would prove nothing.");
+        var filler = new List<byte[]>();
+        for (int round = 0; round < 4; round++)
+        {
+            GC.Collect(2, GCCollectionMode.Forced, blocking: true, compacting: true);
+            for (int i = 0; i < 4096; i++)
+            {
+                var array = new byte[DiagnosticMemoryPoolFactory.BlockSize];
+                array.AsSpan().Fill(0x5A);
+                filler.Add(array);
+            }
+        }
+
+        var (length, sha256) = await client.ReceiveToEndHashedAsync(TestTimeouts.Large);
+        GC.KeepAlive(filler);
+        Assert.Equal(Length, length);
+        Assert.True(TestData.Sha256(Seed, Length) == sha256, "The client received other bytes than were sent: a block moved while the kernel still sent from it.");
+        await connection.DisposeAsync().AsTask().WaitAsync(TestTimeouts.Default);
+        await server.DisposeAsync();
+        Assert.Equal(0, pool.Outstanding);
+    }
+
+    /// <summary>
     /// The bookkeeping alone, over real pool blocks: ids count from the first one modulo 2^32, and blocks
     /// go back in send order once both the pipe and the kernel are done with them.
     /// </summary>
@@ -485,7 +541,8 @@ public sealed class ZeroCopyTests(ITestOutputHelper output)
 
         public DiagnosticMemoryPoolFactory Pool => _pool;
 
-        public ZeroCopyServer(ITestOutputHelper output, Engine engine, bool keepWhenCopied, Action<LinuxTransportOptions>? configure = null)
+        /// <summary>A server whose pools come from <paramref name="pool"/>; the checked diagnostic one (<see cref="Pool"/>) when null.</summary>
+        public ZeroCopyServer(ITestOutputHelper output, Engine engine, bool keepWhenCopied, Action<LinuxTransportOptions>? configure = null, IMemoryPoolFactory<byte>? pool = null)
         {
             _engine = engine;
             TransportKind.LinuxNative.AssertEngineAvailable();
@@ -507,7 +564,7 @@ public sealed class ZeroCopyTests(ITestOutputHelper output)
             options.Tuning.ZeroCopyWhenKernelCopies = keepWhenCopied;
             configure?.Invoke(options);
             _loggerFactory = TestOutputLoggerProvider.CreateFactory(output, record: Logs);
-            _factory = new LinuxTransportFactory(Options.Create(options), _loggerFactory, _pool, meterFactory);
+            _factory = new LinuxTransportFactory(Options.Create(options), _loggerFactory, pool ?? _pool, meterFactory);
         }
 
         public MeasurementRecorder Recorder { get; }
@@ -641,6 +698,9 @@ public sealed class ZeroCopyTests(ITestOutputHelper output)
             _loggerFactory.Dispose();
         }
 
+        /// <summary>What the transport has handed to the kernel so far.</summary>
+        public long BytesSent => SentBytes();
+
         private long SentBytes() => _factory.Loops.Sum(l => l.BytesSent);
     }
 
@@ -728,6 +788,50 @@ public sealed class ZeroCopyTests(ITestOutputHelper output)
             catch (SocketException e)
             {
                 Ending = e.SocketErrorCode;
+            }
+        }
+    }
+
+    /// <summary>
+    /// Pools that promise nothing about pinning: each block is an ordinary array, rented with an unreferenced array of
+    /// the same size allocated just before it, so that a compacting collection has gaps to close and moves the blocks.
+    /// </summary>
+    private sealed class MovableMemoryPoolFactory : IMemoryPoolFactory<byte>
+    {
+        private long _outstanding;
+
+        public long Outstanding => Interlocked.Read(ref _outstanding);
+
+        public MemoryPool<byte> Create(MemoryPoolOptions? options = null) => new Pool(this);
+
+        private sealed class Pool(MovableMemoryPoolFactory factory) : MemoryPool<byte>
+        {
+            public override int MaxBufferSize => DiagnosticMemoryPoolFactory.BlockSize;
+
+            public override IMemoryOwner<byte> Rent(int minBufferSize = -1)
+            {
+                GC.KeepAlive(new byte[DiagnosticMemoryPoolFactory.BlockSize]);
+                Interlocked.Increment(ref factory._outstanding);
+                return new Block(factory, new byte[DiagnosticMemoryPoolFactory.BlockSize]);
+            }
+
+            protected override void Dispose(bool disposing)
+            {
+            }
+        }
+
+        private sealed class Block(MovableMemoryPoolFactory factory, byte[] array) : IMemoryOwner<byte>
+        {
+            private int _returned;
+
+            public Memory<byte> Memory => array;
+
+            public void Dispose()
+            {
+                if (Interlocked.Exchange(ref _returned, 1) == 0)
+                {
+                    Interlocked.Decrement(ref factory._outstanding);
+                }
             }
         }
     }
