@@ -5,7 +5,6 @@
  * failed), an io_uring_enter refused, no memory to keep a completion. Each call that could
  * hang runs under an alarm, so a hang fails with the call's name instead of stalling ctest.
  */
-#include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -87,19 +86,27 @@ static void close_released(watched *w)
     free(w->data);
 }
 
+/* Removes every watched request under the guard `what`, expecting `fired` SQE refusals: the
+ * removal succeeds, every socket is let go of, and nothing is reported for them afterwards. */
+static void remove_and_release(ktl_ring *ring, watched *w, const char *what, int fired)
+{
+    ktl_cqe ev[16];
+
+    guard(what);
+    CHECK_EQ(ktl_ring_remove_all(ring, w->data, w->count), 0);
+    unguard();
+    CHECK_EQ(ktl_fault_fired(KTL_FAULT_SQE), fired);
+    close_released(w);
+    CHECK_EQ(ktl_ring_wait(ring, 50, ev, 16), 0);
+}
+
 /* One SQE refused in the middle of a removal: the rest still go, and every request ends. */
 static void test_removal_goes_on_past_a_refused_sqe(ktl_ring *ring)
 {
     watched w = watch(ring, 12, 1, 700);
-    ktl_cqe ev[16];
 
     ktl_fault_arm(KTL_FAULT_SQE, 4, 1, EBUSY);
-    guard("ktl_ring_remove_all with its fifth SQE refused once");
-    CHECK_EQ(ktl_ring_remove_all(ring, w.data, w.count), 0);
-    unguard();
-    CHECK_EQ(ktl_fault_fired(KTL_FAULT_SQE), 1);
-    close_released(&w);
-    CHECK_EQ(ktl_ring_wait(ring, 50, ev, 16), 0);
+    remove_and_release(ring, &w, "ktl_ring_remove_all with its fifth SQE refused once", 1);
 }
 
 /* No SQE to be had at all: the removal says so at once instead of waiting for answers that
@@ -159,24 +166,15 @@ static void test_removal_of_more_requests_than_sqes(void)
 {
     int wake_fd = -1;
     ktl_ring *ring = test_ring_create(1024, &wake_fd);
-    ktl_cqe ev[16];
     CHECK(ring != NULL);
 
     watched w = watch(ring, 2100, 21, 10000);
-    guard("ktl_ring_remove_all of 2,100 requests on a 1,024-entry ring");
-    CHECK_EQ(ktl_ring_remove_all(ring, w.data, w.count), 0);
-    unguard();
-    close_released(&w);
-    CHECK_EQ(ktl_ring_wait(ring, 50, ev, 16), 0);
+    ktl_fault_arm(KTL_FAULT_SQE, 0, 0, 0);
+    remove_and_release(ring, &w, "ktl_ring_remove_all of 2,100 requests on a 1,024-entry ring", 0);
 
     w = watch(ring, 1100, 11, 20000);
     ktl_fault_arm(KTL_FAULT_SQE, 1024, 1, EBUSY);
-    guard("ktl_ring_remove_all of 1,100 requests with the flush of the full queue refused once");
-    CHECK_EQ(ktl_ring_remove_all(ring, w.data, w.count), 0);
-    unguard();
-    CHECK_EQ(ktl_fault_fired(KTL_FAULT_SQE), 1);
-    close_released(&w);
-    CHECK_EQ(ktl_ring_wait(ring, 50, ev, 16), 0);
+    remove_and_release(ring, &w, "ktl_ring_remove_all of 1,100 requests with the flush of the full queue refused once", 1);
 
     ktl_ring_destroy(ring);
     close(wake_fd);
@@ -259,28 +257,6 @@ static void test_batch_keeps_each_result_when_an_enter_fails(void)
     close(wake_fd);
 }
 
-static int listen_loopback(struct sockaddr_in *addr)
-{
-    socklen_t len = sizeof(*addr);
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    CHECK(fd >= 0);
-    memset(addr, 0, sizeof(*addr));
-    addr->sin_family = AF_INET;
-    addr->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    CHECK(bind(fd, (struct sockaddr *)addr, sizeof(*addr)) == 0);
-    CHECK(listen(fd, 128) == 0);
-    CHECK(getsockname(fd, (struct sockaddr *)addr, &len) == 0);
-    return fd;
-}
-
-static int connect_to(const struct sockaddr_in *addr)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    CHECK(fd >= 0);
-    CHECK(connect(fd, (const struct sockaddr *)addr, sizeof(*addr)) == 0);
-    return fd;
-}
-
 /*
  * A completion the engine cannot keep for lack of memory (here an accepted socket that
  * arrived while a removal waited) is never dropped in silence: the socket in it is closed,
@@ -289,7 +265,7 @@ static int connect_to(const struct sockaddr_in *addr)
 static void test_a_completion_that_cannot_be_kept_fails_the_ring(void)
 {
     struct sockaddr_in addr;
-    int listener = listen_loopback(&addr);
+    int listener = tcp_listener(&addr, 128);
     int wake_fd = -1;
     ktl_ring *ring = test_ring_create(64, &wake_fd);
     int other[2];
@@ -301,7 +277,7 @@ static void test_a_completion_that_cannot_be_kept_fails_the_ring(void)
     CHECK_EQ(ktl_ring_poll(ring, other[0], POLLIN | EPOLLET, poll_data), 0);
     CHECK_EQ(ktl_ring_accept(ring, listener, KTL_RING_ACCEPT | 5u), 0);
     CHECK_EQ(ktl_ring_wait(ring, 0, ev, 8), 0);
-    int client = connect_to(&addr);
+    int client = tcp_connect(&addr);
     int before = open_fds();                        /* the accept runs in the removal below */
     usleep(20 * 1000);
 
@@ -319,50 +295,6 @@ static void test_a_completion_that_cannot_be_kept_fails_the_ring(void)
     close(client);
     close(other[0]);
     close(other[1]);
-    close(listener);
-}
-
-/*
- * Destroying a ring closes the sockets accepted into completions nobody read, also those the
- * kernel holds in its overflow list because the completion queue was full: 40 connections
- * against a ring of 8 entries (32 CQEs).
- */
-static void test_destroy_closes_accepts_in_the_overflow_list(void)
-{
-    enum { N = 40 };
-    struct sockaddr_in addr;
-    int listener = listen_loopback(&addr);
-    int wake_fd = -1;
-    ktl_ring *ring = test_ring_create(8, &wake_fd);
-    int clients[N];
-    ktl_cqe ev[1];
-    CHECK(ring != NULL);
-
-    int before = open_fds();
-    CHECK_EQ(ktl_ring_accept(ring, listener, KTL_RING_ACCEPT | 6u), 0);
-    CHECK_EQ(ktl_ring_wait(ring, 0, ev, 1), 0);
-    for (int i = 0; i < N; i++)
-        clients[i] = connect_to(&addr);
-    usleep(20 * 1000);
-    /* One completion read; the rest fill the CQ, and the accept's last one overflows it. */
-    CHECK_EQ(ktl_ring_wait(ring, 1000, ev, 1), 1);
-    CHECK(ev[0].res >= 0);
-    close(ev[0].res);
-    ktl_ring_destroy(ring);
-    close(wake_fd);
-
-    int eofs = 0, left = 0;
-    for (int i = 0; i < N; i++) {
-        eofs += sees_eof(clients[i]);
-        close(clients[i]);
-    }
-    for (int fd; (fd = accept4(listener, NULL, NULL, SOCK_CLOEXEC)) >= 0;) {
-        left++;                                     /* never accepted: still in the backlog */
-        close(fd);
-    }
-    CHECK_EQ(eofs + left, N);
-    CHECK(eofs > 32);                               /* more than the CQ holds were accepted */
-    CHECK_EQ(open_fds(), before - 2);              /* less the ring's fd and the eventfd */
     close(listener);
 }
 
@@ -386,7 +318,6 @@ static const struct {
     { "removal_of_more_requests_than_sqes", test_removal_of_more_requests_than_sqes },
     { "batch_keeps_each_result", test_batch_keeps_each_result_when_an_enter_fails },
     { "completion_not_kept", test_a_completion_that_cannot_be_kept_fails_the_ring },
-    { "destroy_closes_overflowed_accepts", test_destroy_closes_accepts_in_the_overflow_list },
 };
 
 /* Runs every test, or the one named (ktl_fault_tests NAME). */

@@ -86,6 +86,28 @@ void zerocopy_pair(int fds[2])
     CHECK(setsockopt(fds[0], SOL_SOCKET, SO_ZEROCOPY, &one, sizeof(one)) == 0);
 }
 
+int tcp_listener(struct sockaddr_in *addr, int backlog)
+{
+    socklen_t len = sizeof(*addr);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    CHECK(fd >= 0);
+    memset(addr, 0, sizeof(*addr));
+    addr->sin_family = AF_INET;
+    addr->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    CHECK(bind(fd, (struct sockaddr *)addr, sizeof(*addr)) == 0);
+    CHECK(listen(fd, backlog) == 0);
+    CHECK(getsockname(fd, (struct sockaddr *)addr, &len) == 0);
+    return fd;
+}
+
+int tcp_connect(const struct sockaddr_in *addr)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    CHECK(fd >= 0);
+    CHECK(connect(fd, (const struct sockaddr *)addr, sizeof(*addr)) == 0);
+    return fd;
+}
+
 int open_fds(void)
 {
     DIR *dir = opendir("/proc/self/fd");

@@ -106,36 +106,17 @@ public sealed class AcceptStormTests(ITestOutputHelper output)
         var socketPath = Path.Combine(Path.GetTempPath(), $"ktl-storm-{Guid.NewGuid():N}.sock");
         using var meter = new TransportMeter();
         var logs = new LogRecorder();
-        Task<TestHost> StartHostAsync() => TestHost.StartAsync(
-            kind,
-            output,
-            context =>
+        Task<TestHost> StartHostAsync() => StartStormHostAsync(kind, logs, s =>
+        {
+            if (unixSocket)
             {
-                var body = "storm " + context.Request.Path.Value!.Split('/')[2];
-                context.Response.ContentLength = body.Length;
-                return context.Response.WriteAsync(body);
-            },
-            s =>
-            {
-                s.Builder = logs.AddTo;
-                if (unixSocket)
-                {
-                    s.Kestrel = k => k.ListenUnixSocket(socketPath);
-                }
-            });
+                s.Kestrel = k => k.ListenUnixSocket(socketPath);
+            }
+        });
 
-        // io_uring reads RLIMIT_NOFILE when it arms an accept (io_accept_prep), not when it accepts: a multishot
-        // accept armed before the limit was lowered goes on accepting past it. So on the ring the limit is lowered
-        // before the host starts, leaving room for what a trial start showed the host and the client process open.
         if (kind.UsesIoUring())
         {
-            int before = ProcessResources.OpenFileDescriptors().Count;
-            await using (await StartHostAsync())
-            {
-                before -= ProcessResources.OpenFileDescriptors().Count;
-            }
-
-            FileDescriptorLimit.SetSoft((ulong)(ProcessResources.OpenFileDescriptors().Count - before + ClientProcessDescriptors + Headroom));
+            await LowerLimitBeforeStartAsync(StartHostAsync);
         }
 
         await using var host = await StartHostAsync();
@@ -230,30 +211,8 @@ public sealed class AcceptStormTests(ITestOutputHelper output)
                 }
             },
         };
-        Task<TestHost> StartHostAsync() => TestHost.StartAsync(
-            TransportKind.LinuxIoUring,
-            output,
-            context =>
-            {
-                var body = "storm " + context.Request.Path.Value!.Split('/')[2];
-                context.Response.ContentLength = body.Length;
-                return context.Response.WriteAsync(body);
-            },
-            s =>
-            {
-                s.Builder = logs.AddTo;
-                s.Linux = o => o.ThreadCount = 1;
-            });
-
-        // The kernel reads RLIMIT_NOFILE when it arms an accept, so the limit is lowered before the host starts (see
-        // StormAsync), with the room a trial start showed the host and the client process to need.
-        int before = ProcessResources.OpenFileDescriptors().Count;
-        await using (await StartHostAsync())
-        {
-            before -= ProcessResources.OpenFileDescriptors().Count;
-        }
-
-        FileDescriptorLimit.SetSoft((ulong)(ProcessResources.OpenFileDescriptors().Count - before + ClientProcessDescriptors + Headroom));
+        Task<TestHost> StartHostAsync() => StartStormHostAsync(TransportKind.LinuxIoUring, logs, s => s.Linux = o => o.ThreadCount = 1);
+        await LowerLimitBeforeStartAsync(StartHostAsync);
         await using var host = await StartHostAsync();
         await using var clients = PythonClient.Start(Script, host.Address.Port.ToString(CultureInfo.InvariantCulture));
         Assert.Equal("opened 1", await clients.CommandAsync("open 1", TestTimeouts.Default));
@@ -286,6 +245,38 @@ public sealed class AcceptStormTests(ITestOutputHelper output)
         Assert.Equal("collected 1 of 1 errors: none", collected);
         logs.AssertNone("A client queued during an accept's backoff");
         await host.StopAsync();
+    }
+
+    /// <summary>A host that answers GET /storm/N with "storm N", its log recorded by <paramref name="logs"/>.</summary>
+    private Task<TestHost> StartStormHostAsync(TransportKind kind, LogRecorder logs, Action<TestHostSettings> configure) => TestHost.StartAsync(
+        kind,
+        output,
+        context =>
+        {
+            var body = "storm " + context.Request.Path.Value!.Split('/')[2];
+            context.Response.ContentLength = body.Length;
+            return context.Response.WriteAsync(body);
+        },
+        s =>
+        {
+            s.Builder = logs.AddTo;
+            configure(s);
+        });
+
+    /// <summary>
+    /// io_uring reads RLIMIT_NOFILE when it arms an accept (io_accept_prep), not when it accepts: a multishot accept
+    /// armed before the limit was lowered goes on accepting past it. So on the ring the limit is lowered before the
+    /// host starts, leaving <see cref="Headroom"/> beyond what a trial start showed the host and the client process open.
+    /// </summary>
+    private static async Task LowerLimitBeforeStartAsync(Func<Task<TestHost>> startHost)
+    {
+        int before = ProcessResources.OpenFileDescriptors().Count;
+        await using (await startHost())
+        {
+            before -= ProcessResources.OpenFileDescriptors().Count;
+        }
+
+        FileDescriptorLimit.SetSoft((ulong)(ProcessResources.OpenFileDescriptors().Count - before + ClientProcessDescriptors + Headroom));
     }
 
     /// <summary>

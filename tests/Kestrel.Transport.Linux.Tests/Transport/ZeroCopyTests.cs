@@ -250,13 +250,7 @@ public sealed class ZeroCopyTests(ITestOutputHelper output)
             await WriteAsync(inside.Connections[i], (ulong)i + 1, Length);
         }
 
-        using (var flowing = new CancellationTokenSource(TestTimeouts.Default))
-        {
-            while (readers.Any(r => r.Received < FlowingBytes))
-            {
-                await Task.Delay(10, flowing.Token);
-            }
-        }
+        await WireReader.WhenFlowingAsync(readers, FlowingBytes);
 
         var linux = inside.Connections.Select(c => Assert.IsType<LinuxConnection>(c)).ToArray();
         Assert.True(linux.All(c => c.ZeroCopyInFlight > 0), "A connection had no zero-copy send in flight at the reset: the test would prove nothing there.");
@@ -302,13 +296,7 @@ public sealed class ZeroCopyTests(ITestOutputHelper output)
         // socket's queue, which the reset drops), until the first burst of the bucket is through.
         var reader = new WireReader(inside.Clients[0], 3);
         await WriteAsync(connection, 3, Length);
-        using (var flowing = new CancellationTokenSource(TestTimeouts.Default))
-        {
-            while (reader.Received < 64 * 1024)
-            {
-                await Task.Delay(10, flowing.Token);
-            }
-        }
+        await WireReader.WhenFlowingAsync([reader], 64 * 1024);
 
         Assert.True(connection.ZeroCopyInFlight > 0, "Every zero-copy send completed before the stop: the test would prove nothing.");
         int abandonedBefore = ZeroCopySends.AbandonedBlocks;
@@ -762,6 +750,16 @@ public sealed class ZeroCopyTests(ITestOutputHelper output)
         public SocketError Ending { get; private set; }
 
         public Task Done { get; }
+
+        /// <summary>Waits until each of <paramref name="readers"/> has received at least <paramref name="bytes"/>.</summary>
+        public static async Task WhenFlowingAsync(IReadOnlyList<WireReader> readers, long bytes)
+        {
+            using var flowing = new CancellationTokenSource(TestTimeouts.Default);
+            while (readers.Any(r => r.Received < bytes))
+            {
+                await Task.Delay(10, flowing.Token);
+            }
+        }
 
         private async Task ReadAsync(System.Net.Sockets.Socket client, ulong seed)
         {
