@@ -8,8 +8,9 @@ namespace Kestrel.Transport.Linux.Connection;
 /// <summary>
 /// One connection's zero-copy sends in flight; each holds the blocks its iovecs pointed into until the kernel
 /// says it is done with them, and keeps each one pinned until then: the kernel reads the pages the memory had when
-/// it was sent, and a pool need not hand out pinned memory (MemoryPool&lt;byte&gt;.Shared does not, nor may a pool an
-/// app registers), so a compacting GC could otherwise move the array and put other objects on those pages. Two kinds, in one queue so that blocks go back in send order:
+/// it was sent, and a pool need not hand out pinned memory (MemoryPool&lt;byte&gt;.Shared does not, nor need a pool
+/// an app registers), so a compacting GC could otherwise move the array and put other objects on those pages.
+/// Two kinds, in one queue so that blocks go back in send order:
 /// <c>sendmsg(MSG_ZEROCOPY)</c>, which the kernel numbers per socket from 0, one id per call that queued data,
 /// and reports done in ranges of ids on the error queue; and an engine's own zero-copy ops (io_uring's
 /// SENDMSG_ZC), numbered by the engine, each reported done by itself. Used under the connection's send lock,
