@@ -29,8 +29,8 @@ public enum IoBackend
     /// polls for readiness, a pending read of the loop's eventfd for wake-ups, and each pass's receive and send
     /// batches as one <c>io_uring_enter</c> each, so a pass costs a few kernel crossings however many sockets it
     /// serves. Where io_uring cannot be set up (seccomp profiles such as Docker's and containerd's defaults,
-    /// <c>kernel.io_uring_disabled</c>, an old kernel, RLIMIT_MEMLOCK before 5.12) the server fails to start,
-    /// naming the cause; <see cref="Auto"/> falls back instead.
+    /// <c>kernel.io_uring_disabled</c>, an old kernel, an RLIMIT_MEMLOCK too low for the rings of a process without
+    /// CAP_IPC_LOCK) the server fails to start, naming the cause; <see cref="Auto"/> falls back instead.
     /// </summary>
     IoUring = 2,
 

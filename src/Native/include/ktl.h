@@ -20,7 +20,7 @@
 extern "C" {
 #endif
 
-#define KTL_ABI_VERSION 5
+#define KTL_ABI_VERSION 6
 
 #define KTL_EXPORT __attribute__((visibility("default")))
 
@@ -39,6 +39,9 @@ extern "C" {
  * completion of ktl_ring_wait carrying the op's tag (KTL_RING_SEND_DONE); where the ring
  * cannot make it one (no KTL_RING_SENDS_ZEROCOPY, no room) it fails with -ENOBUFS, as
  * MSG_ZEROCOPY does without notification memory, and the caller sends the bytes by copying.
+ * After a ring batch the op's tag says whether that notification will come: kept when it
+ * will (also for a send that failed, or whose result was lost), 0 when it will not (the op
+ * never reached the kernel). Until it comes the kernel may still read the buffers.
  */
 #define KTL_SEND_ZEROCOPY 1
 
@@ -49,7 +52,8 @@ typedef struct ktl_op {
     const struct iovec *iov;   /* buffers; must stay valid for the duration of the call */
     int64_t result;            /* out: bytes transferred (0 = EOF on receive), or -errno */
     int32_t flags;             /* KTL_SEND_* bits; 0 for a plain op */
-    uint32_t tag;              /* a zero-copy send's number for its ring notification; else 0 */
+    uint32_t tag;              /* in: a zero-copy send's number for its ring notification, else 0;
+                                  out (ring batch): 0 unless that notification will come */
 } ktl_op;
 
 typedef struct ktl_engine ktl_engine;
@@ -156,8 +160,9 @@ KTL_EXPORT int32_t ktl_ring_supported(void);
  * state, from any thread. Tries SINGLE_ISSUER|DEFER_TASKRUN (Linux 6.1), then
  * COOP_TASKRUN (5.19); a kernel without either is refused with EINVAL. On failure returns
  * NULL and stores the positive errno of io_uring_setup (EPERM/ENOSYS: seccomp or
- * kernel.io_uring_disabled; ENOMEM: RLIMIT_MEMLOCK on kernels before 5.12; EINVAL: kernel
- * too old), or ENOSYS when this build has no io_uring engine.
+ * kernel.io_uring_disabled; ENOMEM: RLIMIT_MEMLOCK, which the ring's pages count against in a
+ * process without CAP_IPC_LOCK: 34 pages for 1,024 entries, measured on Linux 6.18; EINVAL:
+ * kernel too old), or ENOSYS when this build has no io_uring engine.
  */
 KTL_EXPORT ktl_ring *ktl_ring_create(int32_t entries, ktl_ring_info *info, int32_t *error);
 
@@ -195,13 +200,17 @@ KTL_EXPORT int32_t ktl_ring_accept(ktl_ring *ring, int32_t fd, uint64_t user_dat
  * reference to the socket, so only then does closing the fd release it (FIN or RST goes
  * out, an unbound listener stops taking connections). Usually one io_uring_enter. wait == 0:
  * only queues the removal; the request's -ECANCELED then comes through ktl_ring_wait.
- * Returns 0 or -errno.
+ * Returns 0 or -errno. With wait, an error means the request may still hold its socket: no
+ * SQE could be had (-EBUSY), or io_uring_enter failed; it never waits for an answer that
+ * cannot come. Asking again later is safe.
  */
 KTL_EXPORT int32_t ktl_ring_remove(ktl_ring *ring, uint64_t user_data, int32_t wait);
 
 /*
  * As ktl_ring_remove with wait, for count requests at once: one io_uring_enter for all of
- * them (a loop closing several connections in one pass). Returns 0 or -errno.
+ * them (a loop closing several connections in one pass), more when they outnumber the
+ * submission queue. Returns 0, or -errno as ktl_ring_remove does: then some of them may
+ * still hold their sockets.
  */
 KTL_EXPORT int32_t ktl_ring_remove_all(ktl_ring *ring, const uint64_t *user_data, int32_t count);
 
@@ -211,7 +220,10 @@ KTL_EXPORT int32_t ktl_ring_remove_all(ktl_ring *ring, const uint64_t *user_data
  * reported). On DEFER_TASKRUN rings one io_uring_enter runs at most 20 items of completion
  * work (Linux 6.13+): the rest comes with the next wait. A wake-up that a batch or a removal
  * consumed makes the next wait return at once. Returns the count, 0 on timeout, EINTR or a
- * wake-up, or -errno.
+ * wake-up, or -errno. Once a completion meant for the caller was lost (no memory to keep one
+ * that a batch or a removal came across: -ENOMEM; the kernel dropped one: -EBADR) every wait
+ * fails with that error: some request went quiet, and nobody can say which, so the ring
+ * cannot be trusted (a socket accepted into a lost completion is closed, not leaked).
  */
 KTL_EXPORT int32_t ktl_ring_wait(ktl_ring *ring, int32_t timeout_ms, ktl_cqe *out, int32_t capacity);
 
@@ -221,11 +233,18 @@ KTL_EXPORT int32_t ktl_ring_wait(ktl_ring *ring, int32_t timeout_ms, ktl_cqe *ou
  * Zero-copy sends are SENDMSG_ZC ops of the batch where the ring has KTL_RING_SENDS_ZEROCOPY
  * (their notifications come later, through ktl_ring_wait), and otherwise run synchronously
  * (sendmsg with MSG_ZEROCOPY). Poll completions that arrive meanwhile are kept for the next
- * ktl_ring_wait. Returns count, or -errno.
+ * ktl_ring_wait. Every op has a result when it returns (unless ops is NULL). Returns count,
+ * or -errno: -EINVAL/-ENOMEM before anything was submitted (every op gets it), or the error of
+ * an io_uring_enter that failed with ops outstanding. Then each op keeps its own result where
+ * it has one, and the rest get the error; ops the kernel never read are voided
+ * (no later enter sends them), and a zero-copy op keeps its tag only if its notification may
+ * still come (ktl_op.tag).
  */
 KTL_EXPORT int32_t ktl_ring_batch(ktl_ring *ring, int32_t direction, ktl_op *ops, int32_t count);
 
-/* Closes the ring (from any thread, once its owner has stopped using it). NULL is ignored. */
+/* Closes the ring (from any thread, once its owner has stopped using it), closing the sockets
+ * accepted into completions nobody read: kept ones, those in the CQ ring and, on the owner's
+ * thread, those in the kernel's overflow list. NULL is ignored. */
 KTL_EXPORT void ktl_ring_destroy(ktl_ring *ring);
 
 #ifdef __cplusplus

@@ -21,7 +21,11 @@ KTL_EXPORT int32_t ktl_ring_supported(void)
 
 struct io_uring_sqe *ktl_ring_sqe(ktl_ring *ring)
 {
-    struct io_uring_sqe *sqe = io_uring_get_sqe(&ring->ring);
+    struct io_uring_sqe *sqe;
+
+    if (KTL_FAULT(KTL_FAULT_SQE) != 0)
+        return NULL;
+    sqe = io_uring_get_sqe(&ring->ring);
     if (sqe == NULL) {
         io_uring_submit(&ring->ring);
         sqe = io_uring_get_sqe(&ring->ring);
@@ -75,24 +79,36 @@ ktl_cqe ktl_ring_report(const struct io_uring_cqe *cqe)
     };
 }
 
-int ktl_ring_keep(ktl_ring *ring, ktl_cqe report)
+/* Room in the kept list for one more, moving what it holds to the front or growing it (0, or -ENOMEM). */
+static int make_room(ktl_ring *ring)
 {
-    if (ring->pending_head + ring->pending_count == ring->pending_capacity) {
-        if (ring->pending_head > 0) {
-            memmove(ring->pending, ring->pending + ring->pending_head,
-                    (size_t)ring->pending_count * sizeof(ktl_cqe));
-            ring->pending_head = 0;
-        } else {
-            int32_t capacity = ring->pending_capacity == 0 ? 256 : ring->pending_capacity * 2;
-            ktl_cqe *grown = realloc(ring->pending, (size_t)capacity * sizeof(ktl_cqe));
-            if (grown == NULL)
-                return -ENOMEM;
-            ring->pending = grown;
-            ring->pending_capacity = capacity;
-        }
+    if (KTL_FAULT(KTL_FAULT_KEEP) != 0)
+        return -ENOMEM;
+    if (ring->pending_head + ring->pending_count < ring->pending_capacity)
+        return 0;
+    if (ring->pending_head > 0) {
+        memmove(ring->pending, ring->pending + ring->pending_head, (size_t)ring->pending_count * sizeof(ktl_cqe));
+        ring->pending_head = 0;
+        return 0;
     }
-    ring->pending[ring->pending_head + ring->pending_count++] = report;
+    int32_t capacity = ring->pending_capacity * 2;
+    ktl_cqe *grown = realloc(ring->pending, (size_t)capacity * sizeof(ktl_cqe));
+    if (grown == NULL)
+        return -ENOMEM;
+    ring->pending = grown;
+    ring->pending_capacity = capacity;
     return 0;
+}
+
+void ktl_ring_keep(ktl_ring *ring, const struct io_uring_cqe *cqe)
+{
+    if (make_room(ring) != 0) {
+        ktl_ring_discard(cqe);
+        if (ring->lost == 0)
+            ring->lost = ENOMEM;
+        return;
+    }
+    ring->pending[ring->pending_head + ring->pending_count++] = ktl_ring_report(cqe);
 }
 
 void ktl_ring_discard(const struct io_uring_cqe *cqe)
@@ -116,9 +132,7 @@ int32_t ktl_ring_reap(ktl_ring *ring, ktl_cqe *out, int32_t capacity, ktl_op *op
                     break;
                 out[copied++] = ktl_ring_report(cqe);
             } else {
-                /* Out of memory drops the event: the socket's next one still arrives. (A lost
-                 * zero-copy notification would hold its buffers until the connection closes.) */
-                (void)ktl_ring_keep(ring, ktl_ring_report(cqe));
+                ktl_ring_keep(ring, cqe);
             }
         } else if ((data & KTL_TAG_MASK) == KTL_TAG_OP) {
             if (ops != NULL) {
@@ -126,9 +140,13 @@ int32_t ktl_ring_reap(ktl_ring *ring, ktl_cqe *out, int32_t capacity, ktl_op *op
                 (*outstanding)--;
             }
         } else if ((data & KTL_TAG_MASK) == KTL_TAG_SEND_ZC) {
-            /* The send's result (its notification was handled above); F_MORE: one will follow. */
+            /* The send's result (its notification was handled above); F_MORE: one will follow,
+             * else the op's tag is cleared (ktl.h: no notification comes for it). */
             if (ops != NULL) {
-                ops[(data >> 32) & KTL_SEND_ZC_MAX_INDEX].result = cqe->res;
+                ktl_op *op = &ops[(data >> 32) & KTL_SEND_ZC_MAX_INDEX];
+                op->result = cqe->res;
+                if (!(cqe->flags & IORING_CQE_F_MORE))
+                    op->tag = 0;
                 (*outstanding)--;
             }
         } else if ((data & KTL_TAG_MASK) == KTL_TAG_WAKE) {
@@ -177,6 +195,18 @@ KTL_EXPORT ktl_ring *ktl_ring_create(int32_t entries, ktl_ring_info *info, int32
         free(ring);
         if (error != NULL)
             *error = -ret;
+        return NULL;
+    }
+
+    /* The kept list holds a full CQ ring's worth from the start, so that keeping completions
+     * (ktl_ring_keep) needs no allocation in all but extreme passes. */
+    ring->pending_capacity = (int32_t)params.cq_entries;
+    ring->pending = malloc((size_t)ring->pending_capacity * sizeof(ktl_cqe));
+    if (ring->pending == NULL) {
+        io_uring_queue_exit(&ring->ring);
+        free(ring);
+        if (error != NULL)
+            *error = ENOMEM;
         return NULL;
     }
 
@@ -248,8 +278,8 @@ KTL_EXPORT int32_t ktl_ring_start(ktl_ring *ring, int32_t wake_fd, ktl_ring_info
         return ret;
 
     /* Saves the fd lookup on every io_uring_enter (Linux 5.18); per thread, so done here. */
-    if (io_uring_register_ring_fd(&ring->ring) == 1)
-        ring->owner = (pid_t)syscall(SYS_gettid);
+    ring->owner = (pid_t)syscall(SYS_gettid);
+    ring->fd_registered = io_uring_register_ring_fd(&ring->ring) == 1;
 
     ring->abilities = probe_abilities(ring);
     if (info != NULL)
@@ -265,6 +295,8 @@ KTL_EXPORT int32_t ktl_ring_wait(ktl_ring *ring, int32_t timeout_ms, ktl_cqe *ou
 
     if (ring == NULL || out == NULL || capacity <= 0)
         return -EINVAL;
+    if (ring->lost != 0)
+        return -ring->lost;
     if (ring->wake_error != 0)
         return -ring->wake_error;
 
@@ -289,7 +321,7 @@ KTL_EXPORT int32_t ktl_ring_wait(ktl_ring *ring, int32_t timeout_ms, ktl_cqe *ou
         };
         ret = io_uring_submit_and_wait_timeout(&ring->ring, &cqe, 1, &ts, NULL);
     }
-    if (ret < 0 && ret != -ETIME && ret != -EINTR && ret != -EBUSY && ret != -EAGAIN)
+    if (ret < 0 && !ktl_ring_retry(ret))
         return ret;
 
     count += ktl_ring_reap(ring, out + count, capacity - count, NULL, NULL);
@@ -297,22 +329,9 @@ KTL_EXPORT int32_t ktl_ring_wait(ktl_ring *ring, int32_t timeout_ms, ktl_cqe *ou
     return count;
 }
 
-KTL_EXPORT void ktl_ring_destroy(ktl_ring *ring)
+/* Closes the sockets accepted into the completions of the CQ ring, which nobody will read. */
+static void discard_all(ktl_ring *ring)
 {
-    if (ring == NULL)
-        return;
-    /* A registered ring fd belongs to the thread that registered it; from any other thread
-     * the unregistration would hit that thread's table, so it is left to the thread's exit. */
-    if (ring->owner != 0 && ring->owner == (pid_t)syscall(SYS_gettid))
-        io_uring_unregister_ring_fd(&ring->ring);
-    else
-        ring->ring.int_flags = 0;
-    /* Sockets accepted into completions nobody will read are closed, not leaked. */
-    for (int32_t i = 0; i < ring->pending_count; i++) {
-        const ktl_cqe *kept = &ring->pending[ring->pending_head + i];
-        struct io_uring_cqe cqe = { .user_data = kept->user_data, .res = kept->res };
-        ktl_ring_discard(&cqe);
-    }
     struct io_uring_cqe *cqe;
     unsigned head, seen = 0;
     io_uring_for_each_cqe(&ring->ring, head, cqe) {
@@ -320,6 +339,36 @@ KTL_EXPORT void ktl_ring_destroy(ktl_ring *ring)
         seen++;
     }
     io_uring_cq_advance(&ring->ring, seen);
+}
+
+KTL_EXPORT void ktl_ring_destroy(ktl_ring *ring)
+{
+    if (ring == NULL)
+        return;
+    int on_owner = ring->owner != 0 && ring->owner == (pid_t)syscall(SYS_gettid);
+
+    /* Sockets accepted into completions nobody will read are closed, not leaked: those kept,
+     * those in the CQ ring, and those the kernel holds in its overflow list while the ring is
+     * full, which io_uring_get_events moves into the ring. Only the owner can: a DEFER_TASKRUN
+     * ring refuses any other thread's io_uring_enter. */
+    for (int32_t i = 0; i < ring->pending_count; i++) {
+        const ktl_cqe *kept = &ring->pending[ring->pending_head + i];
+        struct io_uring_cqe cqe = { .user_data = kept->user_data, .res = kept->res };
+        ktl_ring_discard(&cqe);
+    }
+    discard_all(ring);
+    for (int round = 0; on_owner && round < 64 && io_uring_cq_has_overflow(&ring->ring); round++) {
+        if (io_uring_get_events(&ring->ring) < 0)
+            break;
+        discard_all(ring);
+    }
+
+    /* A registered ring fd belongs to the thread that registered it; from any other thread
+     * the unregistration would hit that thread's table, so it is left to the thread's exit. */
+    if (on_owner && ring->fd_registered)
+        io_uring_unregister_ring_fd(&ring->ring);
+    else
+        ring->ring.int_flags = 0;
     io_uring_queue_exit(&ring->ring);
     free(ring->msgs);
     free(ring->removals);

@@ -42,34 +42,41 @@ KTL_EXPORT int32_t ktl_ring_accept(ktl_ring *ring, int32_t fd, uint64_t user_dat
     return 0;
 }
 
-/* One request being removed with wait: whether its cancel has answered (and how), and
- * whether its last completion has been seen. */
+/* The call number in a removal's cancel (KTL_TAG_REMOVE | call << 32 | index): a call that gave up
+ * leaves cancels behind, whose answers the next call must not take for its own. */
+#define REMOVE_CALL_MASK 0xffffffu
+
+/* One request being removed with wait. */
 typedef struct ktl_removal {
     uint64_t target;
-    int32_t cancel_res;
-    uint8_t cancel_done;
-    uint8_t done;
+    uint8_t asking; /* a cancel is queued or in the kernel, not answered yet */
+    uint8_t found;  /* a cancel found it (0): its last completion is on its way */
+    uint8_t ended;  /* its last completion was seen, or a cancel found nothing (-ENOENT) */
 } removal;
 
-/* Reaps until every removal's cancel (KTL_TAG_REMOVE | index) has answered and, where it found
- * its request, until that request's last completion has been seen; keeps every other caller
- * completion for the next wait. Returns how many removals are complete. */
-static int32_t reap_removals(ktl_ring *ring, removal *removals, int32_t count)
+/* Takes in what the CQ ring holds: this call's cancels' answers, and its requests' completions,
+ * which the caller never sees (their sockets it forgets); every other caller completion is kept
+ * for the next wait. Returns how many completions it took. */
+static unsigned reap_removals(ktl_ring *ring, removal *removals, int32_t count, uint32_t call)
 {
     struct io_uring_cqe *cqe;
     unsigned head;
     unsigned seen = 0;
-    int32_t complete = 0;
 
     io_uring_for_each_cqe(&ring->ring, head, cqe) {
         uint64_t data = cqe->user_data;
         seen++;
         if ((data & KTL_TAG_MASK) == KTL_TAG_REMOVE) {
-            removal *r = &removals[data & 0xffffffffu];
-            r->cancel_done = 1;
-            r->cancel_res = cqe->res;
-            if (cqe->res == -ENOENT)
-                r->done = 1; /* the request had already ended */
+            uint32_t index = (uint32_t)data;
+            if (((data >> 32) & REMOVE_CALL_MASK) != call || index >= (uint32_t)count)
+                continue; /* an earlier call's, which gave up */
+            removal *r = &removals[index];
+            r->asking = 0;
+            if (cqe->res == 0)
+                r->found = 1;
+            else if (cqe->res == -ENOENT)
+                r->ended = 1; /* the request had already ended */
+            /* else -EALREADY (the request is completing right now) or a transient failure: asked again */
             continue;
         }
         if (ktl_ring_reports(cqe)) {
@@ -77,20 +84,18 @@ static int32_t reap_removals(ktl_ring *ring, removal *removals, int32_t count)
             while (i < count && removals[i].target != data)
                 i++;
             if (i == count) {
-                (void)ktl_ring_keep(ring, ktl_ring_report(cqe));
+                ktl_ring_keep(ring, cqe);
                 continue;
             }
             if (!(cqe->flags & IORING_CQE_F_MORE))
-                removals[i].done = 1; /* its last word: -ECANCELED, or an event that ended it */
-            ktl_ring_discard(cqe);    /* the caller forgets this fd: its events go nowhere */
+                removals[i].ended = 1; /* its last word: -ECANCELED, or an event that ended it */
+            ktl_ring_discard(cqe);     /* the caller forgets this fd: its events go nowhere */
         } else if ((data & KTL_TAG_MASK) == KTL_TAG_WAKE) {
             ktl_ring_on_wake(ring, cqe->res);
         }
     }
     io_uring_cq_advance(&ring->ring, seen);
-    for (int32_t i = 0; i < count; i++)
-        complete += removals[i].done && removals[i].cancel_done;
-    return complete;
+    return seen;
 }
 
 /* IORING_OP_ASYNC_CANCEL rather than POLL_REMOVE: a poll whose wake-up is being processed
@@ -120,7 +125,10 @@ KTL_EXPORT int32_t ktl_ring_remove(ktl_ring *ring, uint64_t user_data, int32_t w
 KTL_EXPORT int32_t ktl_ring_remove_all(ktl_ring *ring, const uint64_t *user_data, int32_t count)
 {
     removal *removals;
+    uint32_t call;
     int ret = 0;
+    int how = KTL_ENTER_EVENTS;
+    int idle = 0;
 
     if (ring == NULL || count < 0 || (count > 0 && user_data == NULL))
         return -EINVAL;
@@ -137,33 +145,43 @@ KTL_EXPORT int32_t ktl_ring_remove_all(ktl_ring *ring, const uint64_t *user_data
         ring->removals = grown;
     }
     removals = ring->removals;
+    call = ring->removal_call = (ring->removal_call + 1) & REMOVE_CALL_MASK;
+    for (int32_t i = 0; i < count; i++)
+        removals[i] = (removal){ .target = user_data[i] };
 
     /* Usually one io_uring_enter: the cancels and the requests' -ECANCELED complete in it. A
      * request holds a reference to its socket until its last completion, so returning earlier
-     * would let the caller close an fd whose socket the kernel still keeps open. */
-    for (int32_t i = 0; i < count && ret == 0; i++) {
-        removals[i] = (removal){ .target = user_data[i] };
-        ret = queue_removal(ring, user_data[i], KTL_TAG_REMOVE | (uint64_t)i);
-    }
-    if (ret == 0)
-        ret = io_uring_submit_and_get_events(&ring->ring);
+     * would let the caller close an fd whose socket the kernel still keeps open. Each pass asks
+     * for the cancels not asked yet (or asked again: -EALREADY); an SQE refused (a full queue
+     * whose flush failed) is asked for on the next pass, once the enter has made room. The wait
+     * blocks only for an answer that is sure to come, so a refusal that lasts is returned, not
+     * waited on. */
     for (;;) {
-        if (ret < 0 && ret != -EINTR && ret != -EAGAIN && ret != -EBUSY && ret != -ETIME)
-            break;
-        if (reap_removals(ring, removals, count) == count) {
-            ret = 0;
-            break;
-        }
+        int32_t complete = 0;
+        int32_t waiting = 0;
+        int refused = 0;
         for (int32_t i = 0; i < count; i++) {
             removal *r = &removals[i];
-            if (r->cancel_done && !r->done && r->cancel_res != 0) {
-                /* -EALREADY (or a transient failure): the request is still armed; ask again. */
-                r->cancel_done = 0;
-                if ((ret = queue_removal(ring, r->target, KTL_TAG_REMOVE | (uint64_t)i)) < 0)
-                    return ret;
+            if (!r->asking && !r->found && !r->ended && refused == 0) {
+                refused = queue_removal(ring, r->target, KTL_TAG_REMOVE | (uint64_t)call << 32 | (uint32_t)i);
+                r->asking = refused == 0;
             }
+            if (r->ended && !r->asking)
+                complete++;
+            else if (r->asking || r->found)
+                waiting++;
         }
-        ret = io_uring_submit_and_wait(&ring->ring, 1);
+        if (complete == count)
+            return 0;
+        if (waiting == 0)
+            return refused;
+        ret = ktl_ring_enter(ring, how);
+        how = KTL_ENTER_WAIT;
+        if (ret < 0 && !ktl_ring_retry(ret))
+            return ret;
+        if (reap_removals(ring, removals, count, call) > 0)
+            idle = 0;
+        else if (ret < 0 && ++idle == KTL_ENTER_MAX_IDLE)
+            return ret;
     }
-    return ret;
 }

@@ -13,6 +13,10 @@
 
 #include "ktl.h"
 
+#ifndef SO_ZEROCOPY
+#define SO_ZEROCOPY 60 /* asm-generic/socket.h, Linux 4.14 */
+#endif
+
 #define CHECK(cond)                                                                \
     do {                                                                           \
         if (!(cond)) {                                                             \
@@ -59,6 +63,12 @@ ktl_engine *test_engine(const io_mode *mode, int32_t aio_capacity);
 
 void unix_pair(int fds[2]);                 /* AF_UNIX stream, both ends non-blocking */
 void tcp_pair(int fds[2]);                  /* loopback TCP, both ends non-blocking */
+void zerocopy_pair(int fds[2]);             /* tcp_pair, fds[0] with SO_ZEROCOPY */
+struct sockaddr_in;
+int tcp_listener(struct sockaddr_in *addr, int backlog); /* non-blocking, on loopback; *addr gets its address */
+int tcp_connect(const struct sockaddr_in *addr);         /* a blocking client, connected */
+int open_fds(void);                         /* entries of /proc/self/fd */
+int sees_eof(int fd);                       /* 1 when a read of fd ends (EOF) within 2 s: the peer closed */
 void set_nonblocking(int fd, int on);
 int wait_readable(int fd, int timeout_ms);  /* 1 when readable (or error/hup) in time */
 void write_all(int fd, const void *buf, size_t len);

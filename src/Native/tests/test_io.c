@@ -468,10 +468,6 @@ static void test_many_rounds(const io_mode *m)
     ktl_engine_destroy(engine);
 }
 
-#ifndef SO_ZEROCOPY
-#define SO_ZEROCOPY 60
-#endif
-
 /*
  * Reads one MSG_ZEROCOPY completion from fd's error queue, waiting up to a second:
  * 1 with the range of send ids it covers and whether the kernel copied, 0 if none came.

@@ -44,6 +44,11 @@ static void test_create_arguments(void)
     CHECK_EQ(ktl_ring_poll(NULL, 0, POLLIN, 1), -EINVAL);
     CHECK_EQ(ktl_ring_wait(NULL, 0, NULL, 0), -EINVAL);
     CHECK_EQ(ktl_ring_batch(NULL, KTL_OP_SEND, NULL, 0), -EINVAL);
+    /* Refused as a whole, the batch still gives every op its result (and no notification). */
+    ktl_op op = { .fd = 0, .result = 99, .flags = KTL_SEND_ZEROCOPY, .tag = 5 };
+    CHECK_EQ(ktl_ring_batch(NULL, KTL_OP_SEND, &op, 1), -EINVAL);
+    CHECK_EQ(op.result, -EINVAL);
+    CHECK_EQ(op.tag, 0);
     ktl_ring_destroy(NULL);
 }
 

@@ -11,10 +11,6 @@
 
 #include "ktl_test.h"
 
-#ifndef SO_ZEROCOPY
-#define SO_ZEROCOPY 60
-#endif
-
 /* Waits up to timeout_ms for one notification; returns its res (0 or 1), or -1 when none came.
  * Any other completion fails the test: nothing else is armed on this ring. */
 static int wait_notification(ktl_ring *ring, uint32_t tag, int timeout_ms)
@@ -30,13 +26,6 @@ static int wait_notification(ktl_ring *ring, uint32_t tag, int timeout_ms)
         }
     }
     return -1;
-}
-
-static void zerocopy_pair(int fds[2])
-{
-    int one = 1;
-    tcp_pair(fds);
-    CHECK(setsockopt(fds[0], SOL_SOCKET, SO_ZEROCOPY, &one, sizeof(one)) == 0);
 }
 
 static void test_send_arrives_and_notifies(ktl_ring *ring)
@@ -61,6 +50,7 @@ static void test_send_arrives_and_notifies(ktl_ring *ring)
     CHECK_EQ(ktl_ring_batch(ring, KTL_OP_SEND, ops, 2), 2);
     CHECK_EQ(ops[0].result, (int64_t)sizeof(plain));
     CHECK_EQ(ops[1].result, LEN);
+    CHECK_EQ(ops[1].tag, 0xC0FFEEu);                          /* its notification will come */
 
     read_exact(fds[1], in, LEN);
     CHECK(check_pattern(in, LEN, 7, 0));
@@ -93,6 +83,7 @@ static void test_failed_send_still_notifies(ktl_ring *ring)
     ktl_op op = { .fd = fds[0], .iov_count = 1, .iov = &iov, .result = 99, .flags = KTL_SEND_ZEROCOPY, .tag = 41 };
     CHECK_EQ(ktl_ring_batch(ring, KTL_OP_SEND, &op, 1), 1);
     CHECK_EQ(op.result, -EAGAIN);
+    CHECK_EQ(op.tag, 41);                                     /* failed, and still notified */
     CHECK(wait_notification(ring, 41, 2000) >= 0);
     CHECK_EQ(wait_notification(ring, 41, 300), -1);
 

@@ -1,5 +1,6 @@
 /* test_util.c - socket plumbing shared by the test suites. */
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -76,6 +77,53 @@ void tcp_pair(int fds[2])
     set_nonblocking(fds[0], 1);
     CHECK(setsockopt(fds[0], IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) == 0);
     CHECK(setsockopt(fds[1], IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) == 0);
+}
+
+void zerocopy_pair(int fds[2])
+{
+    int one = 1;
+    tcp_pair(fds);
+    CHECK(setsockopt(fds[0], SOL_SOCKET, SO_ZEROCOPY, &one, sizeof(one)) == 0);
+}
+
+int tcp_listener(struct sockaddr_in *addr, int backlog)
+{
+    socklen_t len = sizeof(*addr);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    CHECK(fd >= 0);
+    memset(addr, 0, sizeof(*addr));
+    addr->sin_family = AF_INET;
+    addr->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    CHECK(bind(fd, (struct sockaddr *)addr, sizeof(*addr)) == 0);
+    CHECK(listen(fd, backlog) == 0);
+    CHECK(getsockname(fd, (struct sockaddr *)addr, &len) == 0);
+    return fd;
+}
+
+int tcp_connect(const struct sockaddr_in *addr)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    CHECK(fd >= 0);
+    CHECK(connect(fd, (const struct sockaddr *)addr, sizeof(*addr)) == 0);
+    return fd;
+}
+
+int open_fds(void)
+{
+    DIR *dir = opendir("/proc/self/fd");
+    int count = 0;
+    CHECK(dir != NULL);
+    while (readdir(dir) != NULL)
+        count++;
+    closedir(dir);
+    return count;
+}
+
+int sees_eof(int fd)
+{
+    char c;
+    struct pollfd p = { .fd = fd, .events = POLLIN };
+    return poll(&p, 1, 2000) == 1 && read(fd, &c, 1) == 0;
 }
 
 int wait_readable(int fd, int timeout_ms)

@@ -4,9 +4,9 @@ namespace Kestrel.Transport.Linux.Connection;
 
 /// <summary>
 /// How a connection ends: a graceful end once both sides are done, an abort's reset, the socket's close
-/// (once, after the last zero-copy send unless it was reset), the ConnectionClosed token, and the moment the
-/// transport lets go of the pipes. Loop thread, except <see cref="SetAbortReason"/> and the ConnectionClosed
-/// callbacks (see <see cref="LinuxConnection"/>).
+/// (once, after the kernel is done with the last zero-copy send, reset or not), the ConnectionClosed token, and
+/// the moment the transport lets go of the pipes. Loop thread, except <see cref="SetAbortReason"/> and the
+/// ConnectionClosed callbacks (see <see cref="LinuxConnection"/>).
 /// </summary>
 internal sealed class ConnectionLifetime(LinuxConnection connection) : IDisposable
 {
@@ -25,6 +25,7 @@ internal sealed class ConnectionLifetime(LinuxConnection connection) : IDisposab
     private int _closedFired;
     private int _callbacksState;
     private bool _reset;
+    private bool _resetSent;
     private bool _closeAwaitsZeroCopy;
 
     public CancellationToken ConnectionClosed => _connectionClosed.Token;
@@ -88,24 +89,53 @@ internal sealed class ConnectionLifetime(LinuxConnection connection) : IDisposab
         }
     }
 
+    /// <summary>
+    /// The loop is ending before the kernel said it is done with this connection's zero-copy sends: closes the
+    /// socket, and keeps their blocks out of the pool for good (<see cref="ZeroCopySends.Abandon"/>), since the
+    /// kernel may still send from them. Returns how many blocks were kept; 0 when the close waited for nothing.
+    /// </summary>
+    public int Abandon()
+    {
+        if (!_closeAwaitsZeroCopy)
+        {
+            return 0;
+        }
+
+        _closeAwaitsZeroCopy = false;
+        int blocks;
+        lock (_connection.Send.Lock)
+        {
+            blocks = _connection.Send.ZeroCopy!.Abandon();
+        }
+
+        Close();
+        return blocks;
+    }
+
     /// <summary>Closes the socket exactly once, and reports the connection released once the pipes are released too.</summary>
     private void Close()
     {
         var socket = _connection.Socket;
         if (!socket.IsClosed)
         {
-            if (_connection.Send.ZeroCopy is { InFlight: > 0 } && !_reset)
+            if (_connection.Send.ZeroCopy is { InFlight: > 0 })
             {
-                // The kernel still reads zero-copy sends from pool blocks, and their completions are lost with
-                // the fd: close once they are in (OnZeroCopyReaped). An abort resets instead.
+                // The kernel may still read zero-copy sends from pool blocks, and not only from the socket's queue, which a
+                // reset drops: from packets already handed to a qdisc or a NIC's ring too, until each send's notification.
+                // A closed socket gets no MSG_ZEROCOPY notification, so the socket stays open until the last one is in
+                // (OnZeroCopyReaped). A reset goes out now all the same: a disconnect sends RST and drops the queued
+                // data, and keeps the socket and its error queue (ring notifications need no socket at all).
+                if (_reset && !_resetSent)
+                {
+                    _resetSent = true;
+                    _ = Interop.Socket.Disconnect(socket.Value);
+                }
+
                 _closeAwaitsZeroCopy = true;
                 return;
             }
 
-            // A reset's close drops the socket's queued data, and the kernel's references to the blocks with it,
-            // which ReleaseAll then returns to the pool: that close may not wait for a later pass.
-            _connection.Loop.Close(_connection, immediately: _connection.Send.ZeroCopy is { InFlight: > 0 });
-            _connection.Send.ZeroCopy?.ReleaseAll();
+            _connection.Loop.Close(_connection);
             FireConnectionClosed();
         }
 

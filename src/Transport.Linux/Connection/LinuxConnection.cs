@@ -165,12 +165,18 @@ internal sealed class LinuxConnection : ConnectionContext,
 
     /// <summary>
     /// The <paramref name="index"/>-th event of <paramref name="engine"/>'s last wait, which is this connection's: what
-    /// epoll reported for the socket, or that the engine's zero-copy op is done (<see cref="IoEngine.ZeroCopyDone"/>),
-    /// whose blocks then go back.
+    /// epoll reported for the socket, that the engine's zero-copy op is done (<see cref="IoEngine.ZeroCopyDone"/>),
+    /// whose blocks then go back, or that the engine lost the socket's registration (<see cref="IoEngine.RegistrationLost"/>).
     /// </summary>
     public void OnEvent(IoEngine engine, int index)
     {
         uint events = engine.EventsAt(index);
+        if (events == IoEngine.RegistrationLost)
+        {
+            Fault(new IOException($"The {engine.Backend} engine can no longer watch the socket of connection {ConnectionId} (its poll failed or could not be armed again), so the connection is reset."));
+            return;
+        }
+
         if (events != IoEngine.ZeroCopyDone)
         {
             OnEvents(events);

@@ -67,12 +67,25 @@ internal sealed class PoolThreadSends(LinuxConnection connection, SendSide side,
         {
             var buffer = result.Buffer;
             side.AddBuffers(batch, buffer, onLoop: false);
-            batch.Execute(BatchExecutor.CallingThread, IoDirection.Send);
-            var sent = batch.ResultAt(0);
-            long requested = batch.RequestedAt(0);
-            batch.Clear();
+            SysResult sent;
+            long requested;
+            bool refused;
+            try
+            {
+                batch.Execute(BatchExecutor.CallingThread, IoDirection.Send);
+                sent = batch.ResultAt(0);
+                requested = batch.RequestedAt(0);
 
-            if (side.AfterZeroCopySend(sent))
+                // sendmsg(MSG_ZEROCOPY), notified on the error queue, never by the engine. Before the batch lets go
+                // of its pins: a zero-copy send keeps its memory pinned from here on.
+                refused = side.AfterZeroCopySend(sent, notified: false);
+            }
+            finally
+            {
+                batch.Clear();
+            }
+
+            if (refused)
             {
                 continue;
             }

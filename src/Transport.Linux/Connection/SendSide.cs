@@ -30,6 +30,8 @@ internal sealed class SendSide : IBatchOwner
 
     private bool _queued;
     private bool _hasReadResult;
+    private IoBatch? _opBatch;
+    private int _opIndex;
     private ReadResult _readResult;
     private ValueTask<ReadResult> _read;
     private Exception? _pendingError;
@@ -202,6 +204,8 @@ internal sealed class SendSide : IBatchOwner
     public void AddBuffers(IoBatch batch, in ReadOnlySequence<byte> buffer, bool onLoop)
     {
         int flags = ZeroCopyFlags(buffer, onLoop, out uint tag);
+        _opBatch = batch;
+        _opIndex = batch.Count;
         batch.BeginOp(this, _connection.Socket.Value, flags, tag);
         int buffers = 0;
         foreach (var segment in buffer)
@@ -231,7 +235,7 @@ internal sealed class SendSide : IBatchOwner
         _hasReadResult = false;
         _readResult = default;
 
-        if (AfterZeroCopySend(result))
+        if (AfterZeroCopySend(result, _opBatch!.NotifiesAt(_opIndex)))
         {
             // Read the same bytes again; the refusal made the next send a copying one.
             _output.AdvanceTo(buffer.Start);
@@ -376,12 +380,16 @@ internal sealed class SendSide : IBatchOwner
 
     /// <summary>
     /// After a send op, with the side owned: a zero-copy send's blocks stay held until the kernel completes it
-    /// (before the reader may advance past them). True when it was one the kernel refused with ENOBUFS (its
-    /// optmem limit, msg_zerocopy.rst): the caller sends the same bytes again, and that send copies.
+    /// (before the reader may advance past them); <paramref name="notified"/>: the engine's op will be notified
+    /// (<see cref="IoBatch.NotifiesAt"/>). True when it was one the kernel refused for want of memory to pin or
+    /// notify (ENOBUFS from sendmsg(MSG_ZEROCOPY): the optmem or the locked-memory limit, msg_zerocopy.rst; ENOMEM
+    /// from io_uring's SENDMSG_ZC, whose pages count against RLIMIT_MEMLOCK without CAP_IPC_LOCK since Linux 6.15)
+    /// or that the socket cannot send zero-copy (EOPNOTSUPP): the caller sends the same bytes again, and that
+    /// send copies. Any other error ends the connection.
     /// </summary>
-    public bool AfterZeroCopySend(SysResult result)
+    public bool AfterZeroCopySend(SysResult result, bool notified)
     {
-        if (ZeroCopy is null || !ZeroCopy.Commit(result, out uint ringSend))
+        if (ZeroCopy is null || !ZeroCopy.Commit(result, notified, out uint ringSend))
         {
             return false;
         }
@@ -389,13 +397,14 @@ internal sealed class SendSide : IBatchOwner
         if (!result.IsError && result.Value > 0)
         {
             _connection.Loop.Metrics.ZeroCopySends.Add(1);
-            if (ringSend != 0)
-            {
-                _connection.Loop.Engine.AwaitZeroCopy(ringSend, _connection);
-            }
         }
 
-        ZeroCopy.SkipNext = result.Is(Errno.ENOBUFS);
+        if (ringSend != 0)
+        {
+            _connection.Loop.Engine.AwaitZeroCopy(ringSend, _connection);
+        }
+
+        ZeroCopy.SkipNext = result.IsError && result.Error is Errno.ENOBUFS or Errno.ENOMEM or Errno.EOPNOTSUPP;
         if (ZeroCopy.SkipNext)
         {
             _connection.Loop.OnZeroCopyRefused();
@@ -407,15 +416,20 @@ internal sealed class SendSide : IBatchOwner
     /// <summary>On the loop: the engine's zero-copy op <paramref name="send"/> is done. True when it still held blocks.</summary>
     public bool ReleaseZeroCopy(uint send, bool copied)
     {
+        bool sent;
         lock (Lock)
         {
-            if (!ZeroCopy!.CompleteOp(send, copied))
+            if (!ZeroCopy!.CompleteOp(send, copied, out sent))
             {
                 return false;
             }
         }
 
-        _connection.Loop.Metrics.ZeroCopyCompletions.Add(1, copied ? TransportMetrics.Copied : TransportMetrics.NotCopied);
+        if (sent)
+        {
+            _connection.Loop.Metrics.ZeroCopyCompletions.Add(1, copied ? TransportMetrics.Copied : TransportMetrics.NotCopied);
+        }
+
         return true;
     }
 

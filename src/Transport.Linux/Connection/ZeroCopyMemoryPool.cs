@@ -10,7 +10,8 @@ namespace Kestrel.Transport.Linux.Connection;
 // Until then the memory must not be reused. The output pipe hands its blocks back to its pool as soon
 // as the transport advances past them, so with zero-copy on, the output pipes rent from a
 // ZeroCopyMemoryPool: its blocks go back to the loop's pool only once the pipe has let go of them AND
-// every zero-copy send that covered them has completed.
+// every zero-copy send that covered them has completed. Until then each such send also keeps the block
+// pinned (ZeroCopySends), since the loop's pool need not hand out pinned memory.
 
 /// <summary>The output pipes' pool when zero-copy sends are on: wraps the loop's pool (see above).</summary>
 internal sealed class ZeroCopyMemoryPool(MemoryPool<byte> inner) : MemoryPool<byte>

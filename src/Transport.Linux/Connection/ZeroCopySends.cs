@@ -1,4 +1,5 @@
 using System.Buffers;
+using System.Collections.Concurrent;
 using System.Runtime.InteropServices;
 using Kestrel.Transport.Linux.Interop;
 
@@ -6,7 +7,10 @@ namespace Kestrel.Transport.Linux.Connection;
 
 /// <summary>
 /// One connection's zero-copy sends in flight; each holds the blocks its iovecs pointed into until the kernel
-/// says it is done with them. Two kinds, in one queue so that blocks go back in send order:
+/// says it is done with them, and keeps each one pinned until then: the kernel reads the pages the memory had when
+/// it was sent, and a pool need not hand out pinned memory (MemoryPool&lt;byte&gt;.Shared does not, nor need a pool
+/// an app registers), so a compacting GC could otherwise move the array and put other objects on those pages.
+/// Two kinds, in one queue so that blocks go back in send order:
 /// <c>sendmsg(MSG_ZEROCOPY)</c>, which the kernel numbers per socket from 0, one id per call that queued data,
 /// and reports done in ranges of ids on the error queue; and an engine's own zero-copy ops (io_uring's
 /// SENDMSG_ZC), numbered by the engine, each reported done by itself. Used under the connection's send lock,
@@ -14,9 +18,12 @@ namespace Kestrel.Transport.Linux.Connection;
 /// </summary>
 internal sealed class ZeroCopySends(uint firstId = 0)
 {
+    // Blocks of sends the kernel never reported done before their loop ended (Abandon): referenced, and pinned, for good.
+    private static readonly ConcurrentQueue<(ZeroCopyBlock Block, MemoryHandle Pin)> s_abandoned = new();
+
     private readonly List<ZeroCopyBlock> _staged = [];
-    private readonly Queue<ZeroCopyBlock> _held = new();
-    private readonly List<(uint Id, int Blocks, bool Done, bool Op)> _sends = [];
+    private readonly Queue<(ZeroCopyBlock Block, MemoryHandle Pin)> _held = new();
+    private readonly List<(uint Id, int Blocks, bool Done, bool Op, bool Sent)> _sends = [];
     private uint _nextId = firstId;
     private uint _stagedOp;
 
@@ -62,12 +69,13 @@ internal sealed class ZeroCopySends(uint firstId = 0)
     }
 
     /// <summary>
-    /// After a send: false when it was not a staged zero-copy send. Otherwise true; a call that sent
-    /// bytes took the next id, and its blocks stay held until <see cref="Complete"/>; a failed call took none.
-    /// An engine's op that sent bytes is held until <see cref="CompleteOp"/>, and <paramref name="op"/> is its
-    /// number (0 otherwise).
+    /// After a send: false when it was not a staged zero-copy send. Otherwise true, and its blocks stay held until
+    /// the kernel says it is done with them. A <c>sendmsg(MSG_ZEROCOPY)</c> call that sent bytes took the next id
+    /// (<see cref="Complete"/>); a failed one took none and holds nothing. An engine's op is held while its
+    /// notification will come (<paramref name="notified"/>, ktl.h), whatever its result, since the kernel may read
+    /// its buffers until then; <paramref name="op"/> is then its number (<see cref="CompleteOp"/>), else 0.
     /// </summary>
-    public bool Commit(SysResult sent, out uint op)
+    public bool Commit(SysResult sent, bool notified, out uint op)
     {
         op = 0;
         if (_staged.Count == 0)
@@ -75,22 +83,24 @@ internal sealed class ZeroCopySends(uint firstId = 0)
             return false;
         }
 
-        if (!sent.IsError && sent.Value > 0)
+        bool sentBytes = !sent.IsError && sent.Value > 0;
+        if (_stagedOp != 0 ? notified : sentBytes)
         {
+            // Pinned before the batch's own pins go (for a pre-pinned pool's memory that costs no handle).
             foreach (var block in _staged)
             {
                 block.AddSend();
-                _held.Enqueue(block);
+                _held.Enqueue((block, block.Pin()));
             }
 
             if (_stagedOp != 0)
             {
                 op = _stagedOp;
-                _sends.Add((op, _staged.Count, false, true));
+                _sends.Add((op, _staged.Count, false, true, sentBytes));
             }
             else
             {
-                _sends.Add((_nextId++, _staged.Count, false, false));
+                _sends.Add((_nextId++, _staged.Count, false, false, true));
             }
         }
 
@@ -122,8 +132,11 @@ internal sealed class ZeroCopySends(uint firstId = 0)
         return completed;
     }
 
-    /// <summary>The engine's zero-copy op <paramref name="op"/> is done. False when this holds no such send (a reset let it go).</summary>
-    public bool CompleteOp(uint op, bool copied)
+    /// <summary>
+    /// The engine's zero-copy op <paramref name="op"/> is done: false when this holds no such send. <paramref name="sent"/>
+    /// says whether it had sent bytes (a failed op is held for its notification too, but counts as no send).
+    /// </summary>
+    public bool CompleteOp(uint op, bool copied, out bool sent)
     {
         int i = 0;
         while (i < _sends.Count && !(_sends[i].Op && !_sends[i].Done && _sends[i].Id == op))
@@ -133,10 +146,12 @@ internal sealed class ZeroCopySends(uint firstId = 0)
 
         if (i == _sends.Count)
         {
+            sent = false;
             return false;
         }
 
-        KernelCopies |= copied;
+        sent = _sends[i].Sent;
+        KernelCopies |= copied && sent;
         _sends[i] = _sends[i] with { Done = true };
         ReleaseDone();
         return true;
@@ -150,7 +165,9 @@ internal sealed class ZeroCopySends(uint firstId = 0)
         {
             for (int b = 0; b < _sends[finished].Blocks; b++)
             {
-                _held.Dequeue().ReleaseSend();
+                var (block, pin) = _held.Dequeue();
+                pin.Dispose();
+                block.ReleaseSend();
             }
 
             finished++;
@@ -159,15 +176,24 @@ internal sealed class ZeroCopySends(uint firstId = 0)
         _sends.RemoveRange(0, finished);
     }
 
-    /// <summary>After a reset and close: the kernel dropped the queued data along with the socket.</summary>
-    public void ReleaseAll()
+    /// <summary>
+    /// The loop is ending before the kernel said it is done with these sends: their blocks are kept referenced for the
+    /// rest of the process's life instead of going back to a pool (or to the garbage collector, which would reuse
+    /// the memory) while the kernel may still send from them. Returns how many blocks were kept.
+    /// </summary>
+    public int Abandon()
     {
-        while (_held.TryDequeue(out var block))
+        int blocks = _held.Count;
+        while (_held.TryDequeue(out var held))
         {
-            block.ReleaseSend();
+            s_abandoned.Enqueue(held);
         }
 
         _sends.Clear();
         _staged.Clear();
+        return blocks;
     }
+
+    /// <summary>Blocks kept by <see cref="Abandon"/> in this process (diagnostics and tests).</summary>
+    public static int AbandonedBlocks => s_abandoned.Count;
 }

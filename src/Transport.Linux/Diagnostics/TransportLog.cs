@@ -56,7 +56,7 @@ internal static partial class TransportLog
     [LoggerMessage(16, LogLevel.Debug, "Loop {Loop} pinned to CPU {Cpu}.")]
     public static partial void LoopPinned(ILogger logger, int loop, int cpu);
 
-    [LoggerMessage(17, LogLevel.Information, "Loop {Loop}: the kernel refused a MSG_ZEROCOPY send with ENOBUFS (over net.core.optmem_max, or over RLIMIT_MEMLOCK without CAP_IPC_LOCK); such a send goes out again by copying. Logged once per loop; kestrel.transport.linux.zerocopy.refused counts them all.")]
+    [LoggerMessage(17, LogLevel.Information, "Loop {Loop}: the kernel refused a zero-copy send (ENOBUFS: over net.core.optmem_max or, without CAP_IPC_LOCK, over RLIMIT_MEMLOCK; ENOMEM from io_uring: over RLIMIT_MEMLOCK without CAP_IPC_LOCK); such a send goes out again by copying. Logged once per loop; kestrel.transport.linux.zerocopy.refused counts them all.")]
     public static partial void ZeroCopyRefused(ILogger logger, int loop);
 
     [LoggerMessage(18, LogLevel.Information, "IoBackend=Auto: the loops run on io_uring ({Setup}): with Inline scheduling it measured ahead of epoll.")]
@@ -82,4 +82,7 @@ internal static partial class TransportLog
 
     [LoggerMessage(25, LogLevel.Information, "Kestrel.Transport.Linux is serving {EndPoints} on {ThreadCount} event loops: {Engine} engine, {SchedulingMode} scheduling.")]
     public static partial void Serving(ILogger logger, string endPoints, int threadCount, string engine, ApplicationSchedulingMode schedulingMode);
+
+    [LoggerMessage(26, LogLevel.Warning, "Loop {Loop} stopped while the kernel still held zero-copy sends of {Connections} connection(s): their sockets are closed, and their {Blocks} memory block(s) are kept out of the pool for the rest of the process rather than reused while a network device may still send from them.")]
+    public static partial void ZeroCopyAbandoned(ILogger logger, int loop, int blocks, int connections);
 }

@@ -40,7 +40,7 @@ internal sealed class TransportMetrics : IDisposable
         ZeroCopyCompletions = _meter.CreateCounter<long>(
             "kestrel.transport.linux.zerocopy.completions", "{send}", "MSG_ZEROCOPY sends the kernel reported done, tagged kestrel.transport.linux.zerocopy.copied=true when it copied the data after all (always over loopback).");
         ZeroCopyRefusals = _meter.CreateCounter<long>(
-            "kestrel.transport.linux.zerocopy.refused", "{send}", "MSG_ZEROCOPY sends the kernel refused with ENOBUFS (the socket's optmem limit, or the locked-memory limit); each went out again as a copying send.");
+            "kestrel.transport.linux.zerocopy.refused", "{send}", "Zero-copy sends the kernel refused (ENOBUFS: the socket's optmem limit; ENOMEM: the locked-memory limit; EOPNOTSUPP); each went out again as a copying send.");
         LoopHandoffs = _meter.CreateCounter<long>(
             "kestrel.transport.linux.loop.handoffs", "{handoff}", "Times a loop was moved to another thread because an application continuation held its thread too long (Adaptive scheduling), tagged with the loop.");
         LongPasses = _meter.CreateCounter<long>(

@@ -25,6 +25,9 @@ internal sealed unsafe class IoBatch
 
     public SysResult ResultAt(int index) => SysResult.FromNative(_ops[index].Result);
 
+    /// <summary>After a ring batch: true when the zero-copy op at <paramref name="index"/> will be notified (its tag kept, ktl.h).</summary>
+    public bool NotifiesAt(int index) => _ops[index].Tag != 0;
+
     /// <summary>
     /// Starts an op on <paramref name="fd"/> for <paramref name="owner"/>; follow with <see cref="AddBuffer"/> calls.
     /// <paramref name="flags"/>: <see cref="NativeEngine.SendZeroCopy"/> or 0; <paramref name="tag"/>: a ring zero-copy

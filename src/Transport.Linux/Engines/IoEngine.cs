@@ -94,11 +94,11 @@ internal abstract class IoEngine : IDisposable
     /// <summary>
     /// Forgets a connection's <paramref name="socket"/> that <paramref name="owner"/> registered, and closes it: here
     /// at once (closing is all epoll needs). An engine whose kernel requests hold the socket may take the fd over
-    /// and close it once they have ended (io_uring, by the next <see cref="Wait"/>), unless
-    /// <paramref name="immediately"/> says the caller is about to release memory the socket's queued data points
-    /// into. Either way <paramref name="socket"/> reads as closed when this returns. Called under the send lock.
+    /// and close it once they have ended (io_uring, by the next <see cref="Wait"/>). Either way
+    /// <paramref name="socket"/> reads as closed when this returns. Called under the send lock; never while the
+    /// kernel may still read the socket's zero-copy sends (the connection waits for their notifications first).
     /// </summary>
-    public virtual void Close(OwnedFd socket, object owner, bool immediately)
+    public virtual void Close(OwnedFd socket, object owner)
     {
         Unregister(socket.Value, owner, stillOpen: false);
         socket.Dispose();
@@ -121,6 +121,13 @@ internal abstract class IoEngine : IDisposable
     /// the kernel is done with the send's memory (<see cref="ZeroCopyDoneAt"/> says which send). Not an epoll bit.
     /// </summary>
     public const uint ZeroCopyDone = 1u << 24;
+
+    /// <summary>
+    /// What <see cref="EventsAt"/> reports when the engine can no longer watch the owner's socket (io_uring: its poll
+    /// failed, or could not be armed again): no event of the socket would reach the owner from now on, so the owner
+    /// gives the socket up rather than wait for one. Not an epoll bit.
+    /// </summary>
+    public const uint RegistrationLost = 1u << 25;
 
     /// <summary>
     /// True when a zero-copy send in this loop's batches is an operation of the kernel's own (io_uring's

@@ -7,6 +7,11 @@ namespace Kestrel.Transport.Linux.Engines;
 /// when the call returns (a zero-copy op's notification comes later, through the engine's wait). Loop thread only;
 /// the engine owns the ring and outlives every batch.
 /// </summary>
+/// <remarks>
+/// A batch whose <c>io_uring_enter</c> failed still returns each op's own result where it has one, and the error for
+/// the rest (ktl.h): overwriting them all would make a zero-copy send that went out read as failed, and its blocks
+/// would go back to the pool while the kernel still reads them.
+/// </remarks>
 internal sealed unsafe class RingExecutor(nint ring) : BatchExecutor
 {
     public override bool IsNative => true;
@@ -14,17 +19,7 @@ internal sealed unsafe class RingExecutor(nint ring) : BatchExecutor
     public override bool UsesAio => false;
 
     public override void Execute(IoDirection direction, IoOp* ops, int count)
-    {
-        int result = NativeEngine.ktl_ring_batch(ring, (int)direction, ops, count);
-        if (result < 0)
-        {
-            // The batch as a whole failed (the ring is unusable): every op reports it, none reads as end of stream.
-            for (int i = 0; i < count; i++)
-            {
-                ops[i].Result = result;
-            }
-        }
-    }
+        => _ = NativeEngine.ktl_ring_batch(ring, (int)direction, ops, count);
 
     public override void Dispose()
     {

@@ -28,7 +28,6 @@ internal sealed unsafe class UringEngine : IoEngine
 
     private const int Ecanceled = 125;
     private const uint GenerationMask = (1u << 29) - 1; // bits 61 to 63 of the user data are not the generation's
-    private const int Eopnotsupp = 95;
 
     private readonly OwnedFd _wake;
     private readonly RingCompletion* _events;
@@ -201,13 +200,12 @@ internal sealed unsafe class UringEngine : IoEngine
     /// <summary>
     /// The poll holds its own reference to the socket: closing the fd before the poll has ended would not release
     /// the socket, and a peer would see no FIN. So the fd is taken over, and the next <see cref="Wait"/> removes
-    /// every poll closed in the pass with one <c>io_uring_enter</c> and then closes the fds; <paramref name="immediately"/>
-    /// does it now, with one <c>io_uring_enter</c> of its own.
+    /// every poll closed in the pass with one <c>io_uring_enter</c> and then closes the fds.
     /// </summary>
-    public override void Close(OwnedFd socket, object owner, bool immediately)
+    public override void Close(OwnedFd socket, object owner)
     {
         int fd = socket.Value;
-        if (immediately || fd < 0 || fd >= _owners.Length || !ReferenceEquals(_owners[fd], owner) || _generations[fd] == 0)
+        if (fd < 0 || fd >= _owners.Length || !ReferenceEquals(_owners[fd], owner) || _generations[fd] == 0)
         {
             Unregister(fd, owner, stillOpen: false);
             socket.Dispose();
@@ -231,7 +229,12 @@ internal sealed unsafe class UringEngine : IoEngine
                 return 0;
             }
 
-            throw Errno.ToException(-count, "io_uring_enter (the loop's wait)");
+            // ENOMEM or EBADR: a completion meant for the loop was lost (no memory to keep it, or the kernel
+            // dropped it), so some connection may never hear from its poll again; ktl.h fails every later wait,
+            // and the loop fails loudly (its connections reset) rather than leave one deaf without a word.
+            throw Errno.ToException(-count, count is -Errno.ENOMEM or -Errno.EBADR
+                ? "io_uring: the loop's ring lost a completion"
+                : "io_uring_enter (the loop's wait)");
         }
 
         for (int i = 0; i < count; i++)
@@ -251,7 +254,7 @@ internal sealed unsafe class UringEngine : IoEngine
     public override void Execute(IoBatch batch, IoDirection direction) => batch.Execute(_executor, direction);
 
     /// <summary>The epoll busy-poll parameters have no ring counterpart here (IORING_REGISTER_NAPI is not used).</summary>
-    public override SysResult SetBusyPoll(uint microseconds) => SysResult.FromNative(-Eopnotsupp);
+    public override SysResult SetBusyPoll(uint microseconds) => SysResult.FromNative(-Errno.EOPNOTSUPP);
 
     public override void Dispose()
     {
@@ -277,15 +280,22 @@ internal sealed unsafe class UringEngine : IoEngine
         }
 
         var requests = CollectionsMarshal.AsSpan(_closingRequests);
+        int removed;
         fixed (ulong* userData = requests)
         {
-            // On failure (the ring itself is broken) the fds are closed anyway: a socket a poll still holds is let go
-            // of when the ring is destroyed.
-            _ = NativeEngine.ktl_ring_remove_all(_ring, userData, requests.Length);
+            removed = NativeEngine.ktl_ring_remove_all(_ring, userData, requests.Length);
         }
 
         foreach (var socket in _closingSockets)
         {
+            // A removal that failed (no SQE to be had, or the ring is broken) may leave a poll holding its socket, which
+            // closing the fd would not release until the ring is destroyed: shut it down first, so the peer still sees
+            // the end (FIN after what was queued) now.
+            if (removed < 0)
+            {
+                _ = Interop.Socket.Shutdown(socket.Value, Interop.Socket.SHUT_RDWR);
+            }
+
             socket.Dispose();
         }
 
@@ -334,7 +344,7 @@ internal sealed unsafe class UringEngine : IoEngine
         _eventBits[index] = 0;
         if ((completion.UserData & NativeEngine.RingSendDone) != 0)
         {
-            // A send that failed (it held nothing) or whose connection was reset (its blocks were let go) has no owner.
+            // Every send that is notified is awaited: its connection holds the blocks until now, reset or not.
             uint send = (uint)completion.UserData;
             if (_zeroCopyOwners.Remove(send, out var owner))
             {
@@ -369,45 +379,59 @@ internal sealed unsafe class UringEngine : IoEngine
         {
             _eventOwners[index] = _owners[fd];
             _eventBits[index] = (uint)completion.Result;
-            if (!armed)
+
+            // A level-triggered registration's one-shot poll (re-armed, it reports the level again next pass if it
+            // still holds), or a multishot poll the kernel ended because it could not post a completion.
+            if (!armed && Arm(fd, _pollEvents[fd]).IsError)
             {
-                // A level-triggered registration's one-shot poll (re-armed, it reports the level again next pass if
-                // it still holds), or a multishot poll the kernel ended because it could not post a completion.
-                _ = Arm(fd, _pollEvents[fd]);
+                _eventBits[index] = RegistrationLost;
             }
         }
-        else if (completion.Result == -Ecanceled)
+        else if (completion.Result != -Ecanceled || Arm(fd, _pollEvents[fd]).IsError)
         {
-            // Not removed by this engine (it clears the generation first): the ring cancelled it, so arm it again.
-            _ = Arm(fd, _pollEvents[fd]);
-        }
-        else
-        {
-            // The poll itself failed: the owner hears an error, as epoll would report EPOLLERR.
+            // The poll failed, or the ring cancelled it (this engine clears the generation before it removes one) and
+            // it could not be armed again: the owner would never hear of its socket again, so it must give it up.
             _generations[fd] = 0;
             _eventOwners[index] = _owners[fd];
-            _eventBits[index] = Epoll.EPOLLERR | Epoll.EPOLLHUP;
+            _eventBits[index] = RegistrationLost;
         }
     }
 
     /// <summary>
-    /// An accept's completion: a socket, or the error that ended the multishot accept. Whatever ended it, it is
-    /// queued again at once; the acceptor pauses it when the error calls for a backoff (EMFILE...), and the
-    /// pause's removal follows this re-arm in the same submission.
+    /// An accept's completion: a socket, or the error that ended the multishot accept (io_uring ends it on any). One
+    /// that ended with an error is not queued again here but by the acceptor (<see cref="Resume"/>), at once or after
+    /// a backoff (EMFILE...): queued here, it would take the next client before the acceptor's pause removed it, and
+    /// that client's socket would arrive for a removed accept and be closed. One that ended with a socket (a full
+    /// completion queue) or that the ring cancelled is queued again at once; where that fails, the acceptor hears an
+    /// accept error, and that one socket is closed.
     /// </summary>
     private void ResolveAccept(int index, int fd, int result, bool armed)
     {
-        if (result != -Ecanceled)
+        if (!armed && result < 0 && result != -Ecanceled)
         {
-            _eventOwners[index] = _owners[fd];
-            _eventBits[index] = Epoll.EPOLLIN;
-            _accepted[index] = result;
+            _generations[fd] = 0;
+        }
+        else if (!armed)
+        {
+            var rearmed = Arm(fd, _pollEvents[fd]);
+            if (rearmed.IsError)
+            {
+                if (result >= 0)
+                {
+                    new OwnedFd(result).Dispose();
+                }
+
+                result = -rearmed.Error;
+            }
+            else if (result == -Ecanceled)
+            {
+                return;
+            }
         }
 
-        if (!armed)
-        {
-            _ = Arm(fd, _pollEvents[fd]);
-        }
+        _eventOwners[index] = _owners[fd];
+        _eventBits[index] = Epoll.EPOLLIN;
+        _accepted[index] = result;
     }
 
     private void EnsureCapacity(int fd)

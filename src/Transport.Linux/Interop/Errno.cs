@@ -22,9 +22,11 @@ internal static class Errno
     public const int EMFILE = 24;
     public const int EPIPE = 32;
     public const int ENOSYS = 38;
+    public const int EBADR = 53;
     public const int ENOTSOCK = 88;
     public const int EPROTOTYPE = 91;
     public const int EPROTO = 71;
+    public const int EOPNOTSUPP = 95;
     public const int EAFNOSUPPORT = 97;
     public const int EADDRINUSE = 98;
     public const int EADDRNOTAVAIL = 99;

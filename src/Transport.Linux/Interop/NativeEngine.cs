@@ -15,7 +15,10 @@ internal unsafe struct IoOp
     public long Result;
     /// <summary><see cref="NativeEngine.SendZeroCopy"/> or 0.</summary>
     public int Flags;
-    /// <summary>A zero-copy send's number for its ring notification (<see cref="NativeEngine.RingSendDone"/>); else 0.</summary>
+    /// <summary>
+    /// In: a zero-copy send's number for its ring notification (<see cref="NativeEngine.RingSendDone"/>), else 0.
+    /// Out, after a ring batch: 0 unless that notification will come (then the kernel may read the buffers until it does).
+    /// </summary>
     public uint Tag;
 }
 
@@ -48,7 +51,7 @@ internal struct RingCompletion
 internal static unsafe partial class NativeEngine
 {
     public const string LibraryName = "ktl_native";
-    public const int AbiVersion = 5;
+    public const int AbiVersion = 6;
     public const int Receive = 0;
     public const int Send = 1;
 

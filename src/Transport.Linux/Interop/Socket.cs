@@ -138,6 +138,17 @@ internal static unsafe partial class Socket
 
     public static SysResult Shutdown(int fd, int how) => SysResult.Of(shutdown(fd, how));
 
+    /// <summary>
+    /// connect(2) to an AF_UNSPEC address: a connected TCP socket disconnects (tcp_disconnect), sending RST and dropping
+    /// its queued data, yet stays open, with its error queue, so MSG_ZEROCOPY notifications still reach it (a closed
+    /// socket gets none).
+    /// </summary>
+    public static SysResult Disconnect(int fd)
+    {
+        ushort unspecified = 0; // sa_family_t AF_UNSPEC
+        return SysResult.Of(connect(fd, (byte*)&unspecified, sizeof(ushort)));
+    }
+
     public static EndPoint? GetLocalEndPoint(int fd)
     {
         byte* buffer = stackalloc byte[SockAddr.MaxLength];

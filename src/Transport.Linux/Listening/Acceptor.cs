@@ -91,7 +91,12 @@ internal sealed class Acceptor(EventLoop loop, AcceptedSocketOptions socketOptio
     {
         if (result < 0)
         {
-            _ = TryNextAfter(registration, -result);
+            // The error ended the kernel's accept: it accepts again once resumed, now or after a backoff.
+            if (TryNextAfter(registration, -result))
+            {
+                Resume(registration);
+            }
+
             return;
         }
 
@@ -127,8 +132,18 @@ internal sealed class Acceptor(EventLoop loop, AcceptedSocketOptions socketOptio
             else if (registration.RetryAt <= now)
             {
                 _backedOff.RemoveAt(i);
-                _ = loop.Engine.Resume(registration.Fd, registration.Events);
+                Resume(registration);
             }
+        }
+    }
+
+    /// <summary>Polls (or, on io_uring, accepts on) a listener again; when the engine cannot, it backs off once more.</summary>
+    private void Resume(ListenRegistration registration)
+    {
+        var resumed = loop.Engine.Resume(registration.Fd, registration.Events);
+        if (resumed.IsError)
+        {
+            _ = TryNextAfter(registration, resumed.Error);
         }
     }
 

@@ -48,6 +48,12 @@ internal sealed class EventLoop : PipeScheduler
     /// <summary>A pass that takes longer than this (50 ms) is counted and logged as a long one: something held the loop's thread.</summary>
     private static readonly long s_longPass = Stopwatch.Frequency / 20;
 
+    /// <summary>
+    /// How long a stop that resets the connections waits for the kernel's notifications of their zero-copy sends,
+    /// which follow a reset as soon as the NIC has sent what it held (ConnectionLifetime.Abandon after that).
+    /// </summary>
+    internal const int ZeroCopyStopWaitMs = 2000;
+
     private readonly ThreadPoolDispatchQueue? _dispatchQueue;
     private readonly LoopMonitor? _monitor;
     private readonly ConcurrentQueue<Continuation> _continuations = new();
@@ -64,6 +70,7 @@ internal sealed class EventLoop : PipeScheduler
 
     private bool _stopRequested;
     private bool _abortOnStop;
+    private long _abortDeadline;
     private bool _exited;
     private bool _engineStarted;
     private int _threadId;
@@ -283,6 +290,7 @@ internal sealed class EventLoop : PipeScheduler
         if (abort)
         {
             loop._abortOnStop = true;
+            loop._abortDeadline = Environment.TickCount64 + ZeroCopyStopWaitMs;
             loop.AbortAll("The Linux transport is shutting down.");
         }
     }, (this, abortConnections));
@@ -372,14 +380,13 @@ internal sealed class EventLoop : PipeScheduler
 
     /// <summary>
     /// Forgets a connection and closes its socket (loop thread only), under the send lock: a pool thread that is
-    /// sending holds it, and once the socket reads as closed none sends again. <paramref name="immediately"/>:
-    /// see <see cref="IoEngine.Close"/>.
+    /// sending holds it, and once the socket reads as closed none sends again.
     /// </summary>
-    public void Close(LinuxConnection connection, bool immediately)
+    public void Close(LinuxConnection connection)
     {
         lock (connection.Send.Lock)
         {
-            Engine.Close(connection.Socket, connection, immediately);
+            Engine.Close(connection.Socket, connection);
         }
 
         if (_connections.Remove(connection))
@@ -674,6 +681,13 @@ internal sealed class EventLoop : PipeScheduler
 
         int timeout = _acceptor.MillisecondsToNextRetry;
 
+        // Reset connections whose close waits for zero-copy notifications hold up a stop only so long.
+        if (_abortOnStop && _connections.Count > 0)
+        {
+            int left = (int)Math.Clamp(_abortDeadline - Environment.TickCount64, 0, ZeroCopyStopWaitMs);
+            timeout = timeout < 0 ? left : Math.Min(timeout, left);
+        }
+
         // While a dispatch batch is queued or runs, its wake-up comes when the batch ends. Should the app block
         // inside the batch waiting for this loop (synchronous I/O under backpressure), a short poll keeps that
         // from turning into a deadlock, and lets HelpIfStalled look.
@@ -686,7 +700,9 @@ internal sealed class EventLoop : PipeScheduler
         return timeout;
     }
 
-    private bool ReadyToExit() => _connections.Count == 0 && (_acceptor.Count == 0 || _abortOnStop);
+    private bool ReadyToExit() => _abortOnStop
+        ? _connections.Count == 0 || Environment.TickCount64 >= _abortDeadline
+        : _connections.Count == 0 && _acceptor.Count == 0;
 
     private void Dispatch(int index)
     {
@@ -731,6 +747,23 @@ internal sealed class EventLoop : PipeScheduler
         }
     }
 
+    private void AbandonZeroCopy()
+    {
+        int connections = 0;
+        int blocks = 0;
+        foreach (var connection in _connections.ToArray())
+        {
+            int kept = connection.Lifetime.Abandon();
+            connections += kept > 0 ? 1 : 0;
+            blocks += kept;
+        }
+
+        if (connections > 0)
+        {
+            TransportLog.ZeroCopyAbandoned(Logger, Index, blocks, connections);
+        }
+    }
+
     private void DrainToThreadPool()
     {
         while (_workQueue.TryDequeue(out var work))
@@ -746,8 +779,10 @@ internal sealed class EventLoop : PipeScheduler
 
     private void Shutdown()
     {
-        // Each abort closes and unregisters its connection (and counts it out of the meter).
+        // Each abort closes and unregisters its connection (and counts it out of the meter), except those whose close
+        // waits for the kernel's zero-copy notifications: those go now, their blocks kept from the pool.
         AbortAll("The Linux transport's event loop stopped.");
+        AbandonZeroCopy();
         _connections.Clear();
         Metrics.Retire(this);
         _acceptor.ReleaseAll();

@@ -106,36 +106,17 @@ public sealed class AcceptStormTests(ITestOutputHelper output)
         var socketPath = Path.Combine(Path.GetTempPath(), $"ktl-storm-{Guid.NewGuid():N}.sock");
         using var meter = new TransportMeter();
         var logs = new LogRecorder();
-        Task<TestHost> StartHostAsync() => TestHost.StartAsync(
-            kind,
-            output,
-            context =>
+        Task<TestHost> StartHostAsync() => StartStormHostAsync(kind, logs, s =>
+        {
+            if (unixSocket)
             {
-                var body = "storm " + context.Request.Path.Value!.Split('/')[2];
-                context.Response.ContentLength = body.Length;
-                return context.Response.WriteAsync(body);
-            },
-            s =>
-            {
-                s.Builder = logs.AddTo;
-                if (unixSocket)
-                {
-                    s.Kestrel = k => k.ListenUnixSocket(socketPath);
-                }
-            });
+                s.Kestrel = k => k.ListenUnixSocket(socketPath);
+            }
+        });
 
-        // io_uring reads RLIMIT_NOFILE when it arms an accept (io_accept_prep), not when it accepts: a multishot
-        // accept armed before the limit was lowered goes on accepting past it. So on the ring the limit is lowered
-        // before the host starts, leaving room for what a trial start showed the host and the client process open.
         if (kind.UsesIoUring())
         {
-            int before = ProcessResources.OpenFileDescriptors().Count;
-            await using (await StartHostAsync())
-            {
-                before -= ProcessResources.OpenFileDescriptors().Count;
-            }
-
-            FileDescriptorLimit.SetSoft((ulong)(ProcessResources.OpenFileDescriptors().Count - before + ClientProcessDescriptors + Headroom));
+            await LowerLimitBeforeStartAsync(StartHostAsync);
         }
 
         await using var host = await StartHostAsync();
@@ -184,6 +165,118 @@ public sealed class AcceptStormTests(ITestOutputHelper output)
 
         logs.AssertNone("Running out of descriptors");
         await host.StopAsync();
+    }
+
+    /// <summary>
+    /// On io_uring an accept that fails for want of descriptors ends the kernel's multishot accept, and the listener
+    /// backs off. A client that connects meanwhile must wait in the backlog and be served once descriptors are free,
+    /// not be accepted by an accept queued again in the same submission as the backoff's removal and then closed as
+    /// the removed accept's socket. Descriptors come free at the worst moment here: the transport's own warning about
+    /// the EMFILE, logged on the loop thread, frees them, between that accept's failure and the loop's next
+    /// submission. Before, that client got an empty reply.
+    /// </summary>
+    [Fact]
+    public async Task A_client_queued_while_an_io_uring_accept_backs_off_from_EMFILE_is_served_not_dropped()
+    {
+        var (soft, _) = FileDescriptorLimit.Get();
+        var reserve = new List<Microsoft.Win32.SafeHandles.SafeFileHandle>();
+        try
+        {
+            await BackOffAsync(soft, reserve);
+        }
+        finally
+        {
+            lock (reserve)
+            {
+                reserve.ForEach(h => h.Dispose());
+            }
+
+            FileDescriptorLimit.SetSoft(soft);
+        }
+    }
+
+    private async Task BackOffAsync(ulong soft, List<Microsoft.Win32.SafeHandles.SafeFileHandle> reserve)
+    {
+        var logs = new LogRecorder
+        {
+            OnWarning = warning =>
+            {
+                if (warning.Contains("accept on", StringComparison.Ordinal) && warning.Contains("(errno 24)", StringComparison.Ordinal))
+                {
+                    lock (reserve)
+                    {
+                        reserve.ForEach(h => h.Dispose());
+                        reserve.Clear();
+                    }
+                }
+            },
+        };
+        Task<TestHost> StartHostAsync() => StartStormHostAsync(TransportKind.LinuxIoUring, logs, s => s.Linux = o => o.ThreadCount = 1);
+        await LowerLimitBeforeStartAsync(StartHostAsync);
+        await using var host = await StartHostAsync();
+        await using var clients = PythonClient.Start(Script, host.Address.Port.ToString(CultureInfo.InvariantCulture));
+        Assert.Equal("opened 1", await clients.CommandAsync("open 1", TestTimeouts.Default));
+        Assert.Equal("collected 1 of 1 errors: none", await clients.CommandAsync("collect 10", TestTimeouts.Default));
+
+        // Every descriptor the limit leaves is taken, so the next accept fails with EMFILE.
+        StartThreadPoolThreads(32);
+        lock (reserve)
+        {
+            while (true)
+            {
+                try
+                {
+                    reserve.Add(File.OpenHandle("/dev/null"));
+                }
+                catch (IOException)
+                {
+                    break;
+                }
+            }
+        }
+
+        Assert.True(reserve.Count > 0, "No descriptor was left to take: the limit did not leave the room it should.");
+        Assert.Equal("opened 2", await clients.CommandAsync("open 1", TestTimeouts.Default));
+        var collected = await clients.CommandAsync("collect 10", TestTimeouts.Default);
+        FileDescriptorLimit.SetSoft(soft);
+        output.WriteLine($"The client that connected during the backoff: {collected}");
+
+        Assert.Contains(logs.Warnings, w => w.Contains("accept on", StringComparison.Ordinal) && w.Contains("(errno 24)", StringComparison.Ordinal));
+        Assert.Equal("collected 1 of 1 errors: none", collected);
+        logs.AssertNone("A client queued during an accept's backoff");
+        await host.StopAsync();
+    }
+
+    /// <summary>A host that answers GET /storm/N with "storm N", its log recorded by <paramref name="logs"/>.</summary>
+    private Task<TestHost> StartStormHostAsync(TransportKind kind, LogRecorder logs, Action<TestHostSettings> configure) => TestHost.StartAsync(
+        kind,
+        output,
+        context =>
+        {
+            var body = "storm " + context.Request.Path.Value!.Split('/')[2];
+            context.Response.ContentLength = body.Length;
+            return context.Response.WriteAsync(body);
+        },
+        s =>
+        {
+            s.Builder = logs.AddTo;
+            configure(s);
+        });
+
+    /// <summary>
+    /// io_uring reads RLIMIT_NOFILE when it arms an accept (io_accept_prep), not when it accepts: a multishot accept
+    /// armed before the limit was lowered goes on accepting past it. So on the ring the limit is lowered before the
+    /// host starts, leaving <see cref="Headroom"/> beyond what a trial start showed the host and the client process open.
+    /// </summary>
+    private static async Task LowerLimitBeforeStartAsync(Func<Task<TestHost>> startHost)
+    {
+        int before = ProcessResources.OpenFileDescriptors().Count;
+        await using (await startHost())
+        {
+            before -= ProcessResources.OpenFileDescriptors().Count;
+        }
+
+        FileDescriptorLimit.SetSoft((ulong)(ProcessResources.OpenFileDescriptors().Count - before + ClientProcessDescriptors + Headroom));
     }
 
     /// <summary>

@@ -19,6 +19,9 @@ internal sealed class LogRecorder : ILoggerProvider
     /// <summary>Every message at Warning and above (the first 1,000), for tests that expect one.</summary>
     public IReadOnlyCollection<string> Warnings => _warnings.ToArray();
 
+    /// <summary>Called with each message at Warning and above, on the thread that logs it, before the call returns.</summary>
+    public Action<string>? OnWarning { get; set; }
+
     /// <summary>Adds the recorder to a host, at Debug for this provider only (the host's other loggers stay at Warning).</summary>
     public void AddTo(WebApplicationBuilder builder)
     {
@@ -76,9 +79,15 @@ internal sealed class LogRecorder : ILoggerProvider
 
         public void Log<TState>(LogLevel logLevel, EventId eventId, TState state, Exception? exception, Func<TState, Exception?, string> formatter)
         {
-            if (logLevel >= LogLevel.Warning && owner._warnings.Count < 1000)
+            if (logLevel >= LogLevel.Warning)
             {
-                owner._warnings.Enqueue($"[{logLevel}] {category}[{eventId.Id}]: {formatter(state, exception)}");
+                var warning = $"[{logLevel}] {category}[{eventId.Id}]: {formatter(state, exception)}";
+                if (owner._warnings.Count < 1000)
+                {
+                    owner._warnings.Enqueue(warning);
+                }
+
+                owner.OnWarning?.Invoke(warning);
             }
 
             if (logLevel >= LogLevel.Error || IsDisposedError(exception))

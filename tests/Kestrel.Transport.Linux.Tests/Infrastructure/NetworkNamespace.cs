@@ -1,4 +1,6 @@
+using System.Diagnostics;
 using System.Runtime.InteropServices;
+using Microsoft.Win32.SafeHandles;
 
 namespace Kestrel.Transport.Linux.Tests.Infrastructure;
 
@@ -74,6 +76,41 @@ internal static unsafe partial class NetworkNamespace
 
         id = namespaceId!;
         return result;
+    }
+
+    /// <summary>
+    /// In the body of <see cref="Run{T}"/>: a handle on its namespace, which keeps the namespace alive and lets
+    /// <see cref="Execute"/> run commands in it from any thread.
+    /// </summary>
+    public static SafeFileHandle Open() => File.OpenHandle("/proc/thread-self/ns/net", FileMode.Open, FileAccess.Read, FileShare.ReadWrite);
+
+    /// <summary>
+    /// Runs <paramref name="command"/> (tc, say) inside the namespace <paramref name="handle"/> holds, through
+    /// <c>nsenter --net</c> (util-linux), and fails with its output when it does not succeed.
+    /// </summary>
+    public static void Execute(SafeFileHandle handle, params string[] command)
+    {
+        var start = new ProcessStartInfo("nsenter")
+        {
+            RedirectStandardOutput = true,
+            RedirectStandardError = true,
+            UseShellExecute = false,
+        };
+        start.ArgumentList.Add($"--net=/proc/{Environment.ProcessId}/fd/{handle.DangerousGetHandle()}");
+        start.ArgumentList.Add("--");
+        foreach (string argument in command)
+        {
+            start.ArgumentList.Add(argument);
+        }
+
+        using var process = Process.Start(start)!;
+        string stdout = process.StandardOutput.ReadToEnd();
+        string stderr = process.StandardError.ReadToEnd();
+        if (!process.WaitForExit(TestTimeouts.Default) || process.ExitCode != 0)
+        {
+            throw new InvalidOperationException(
+                $"'nsenter ... {string.Join(' ', command)}' failed in the test's network namespace: {stdout}{stderr}".TrimEnd());
+        }
     }
 
     /// <summary>The process's threads that are in the namespace <paramref name="id"/>, by name.</summary>

@@ -81,6 +81,66 @@ public sealed class ResourceReleaseTests(ITestOutputHelper output)
         Assert.True(leaked.Count == 0, $"{leaked.Count} descriptor(s) still open after unbinding and disposal:{Environment.NewLine}{string.Join(Environment.NewLine, leaked)}");
     }
 
+    /// <summary>
+    /// A stop resets every connection of a loop in one pass. On io_uring the polls of all of them end in one removal
+    /// (ktl_ring_remove_all) before their fds close: 1,100 connections are more than the ring's 1,024 submission
+    /// entries (and their completions more than a quarter of its completion queue), so the submission queue fills and
+    /// is flushed within the removal. Every client must see the reset, and every descriptor must be closed.
+    /// </summary>
+    [Theory]
+    [InlineData(TransportKind.LinuxNative)]
+    [InlineData(TransportKind.LinuxIoUring)]
+    public async Task A_stop_resets_more_connections_in_one_pass_than_the_ring_has_entries_and_closes_every_descriptor(TransportKind kind)
+    {
+        const int Connections = 1100;
+        var descriptorsBefore = ProcessResources.OpenFileDescriptors();
+        var transport = TestTransport.Create(kind, output, s => s.ThreadCount = 1);
+        var listener = await transport.BindAsync(new IPEndPoint(IPAddress.Loopback, 0));
+        var clients = new List<Socket>();
+        var connections = new List<ConnectionContext>();
+        try
+        {
+            for (int i = 0; i < Connections; i++)
+            {
+                clients.Add(await TestSockets.ConnectAsync(listener.EndPoint));
+                connections.Add(await listener.AcceptAsync().AsTask().WaitAsync(TestTimeouts.Default) ?? throw new InvalidOperationException("The listener ended."));
+            }
+
+            // Disposing the factory stops the loop at once: one pass resets all of its connections.
+            await ((IAsyncDisposable)transport.Factory).DisposeAsync().AsTask().WaitAsync(TestTimeouts.Default);
+            var endings = await Task.WhenAll(clients.Select(async client =>
+            {
+                try
+                {
+                    return await client.ReceiveAsync(new byte[1], TestTimeouts.Default) == 0 ? "end of stream" : "data";
+                }
+                catch (SocketException e)
+                {
+                    return e.SocketErrorCode.ToString();
+                }
+            }));
+            var counts = endings.GroupBy(e => e).ToDictionary(g => g.Key, g => g.Count());
+            output.WriteLine(string.Join(", ", counts.Select(c => $"{c.Value} {c.Key}")));
+            Assert.Equal(Connections, counts.GetValueOrDefault(nameof(SocketError.ConnectionReset)));
+
+            await Task.WhenAll(connections.Select(c => c.DisposeAsync().AsTask())).WaitAsync(TestTimeouts.Default);
+            await listener.DisposeAsync();
+        }
+        finally
+        {
+            foreach (var client in clients)
+            {
+                client.Dispose();
+            }
+
+            await transport.DisposeAsync();
+        }
+
+        var leaked = ProcessResources.NewDescriptorsExceptRuntimeImages(descriptorsBefore);
+        Assert.True(leaked.Count == 0, $"{leaked.Count} descriptor(s) still open after the stop:{Environment.NewLine}{string.Join(Environment.NewLine, leaked.Take(20))}");
+        transport.MemoryPool.AssertAllReturned();
+    }
+
     private async Task<(int Accepted, int Connected)> ConnectWhileUnbindingAsync(TransportKind kind)
     {
         await using var transport = TestTransport.Create(kind, output);
