@@ -37,6 +37,8 @@ internal sealed class LoopMonitor : IDisposable
     private readonly ILogger _logger;
     private readonly Thread _thread;
     private long[] _seen = [];
+    private long[] _blockedAt = [];
+    private TimeSpan _lastPauses;
     private int _parked;
     private volatile bool _stopping;
     private int _noThreadLogged;
@@ -61,6 +63,7 @@ internal sealed class LoopMonitor : IDisposable
     public void Start()
     {
         _seen = new long[_loops.Count];
+        _blockedAt = new long[_loops.Count];
         _thread.Start();
     }
 
@@ -103,12 +106,15 @@ internal sealed class LoopMonitor : IDisposable
         bool active = false;
         long now = Stopwatch.GetTimestamp();
 
-        // A look that comes late (the process was suspended for a GC, or this thread was not scheduled) would
-        // see every continuation that ran meanwhile as one that ran long: it only takes note, and the next look
-        // decides (on a machine so busy that every look is late, every other one does).
-        bool late = _lastLook != 0 && now - _lastLook > _lateTicks && !_lastWasLate;
+        // A look that comes late (this thread was not scheduled), or after a garbage collection (which held every
+        // thread of the app asleep in the kernel), would see every continuation that ran meanwhile as one that ran
+        // long or blocked: it only takes note, and the next look decides (on a machine so busy that every look is
+        // late, every other one does).
+        var pauses = GC.GetTotalPauseDuration();
+        bool late = ((_lastLook != 0 && now - _lastLook > _lateTicks) || pauses != _lastPauses) && !_lastWasLate;
         _lastWasLate = late;
         _lastLook = now;
+        _lastPauses = pauses;
         for (int i = 0; i < _loops.Count; i++)
         {
             var loop = _loops[i];
@@ -121,11 +127,16 @@ internal sealed class LoopMonitor : IDisposable
             long continuations = runner.Continuations;
             active |= started > 0 || continuations != _seen[i];
             _seen[i] = continuations;
+            // Asleep in the kernel at two looks in a row, not only at one: a thread caught waking up (from a lock
+            // held for a moment, say) is not blocked.
             long running = now - started;
-            if (!late && started > 0 && running >= _thresholdTicks && (running >= _runningThresholdTicks || runner.IsBlockedInKernel))
+            bool blocked = started > 0 && running >= _thresholdTicks / 2 && runner.IsBlockedInKernel;
+            if (!late && started > 0 && running >= _thresholdTicks && (running >= _runningThresholdTicks || (blocked && _blockedAt[i] == started)))
             {
                 Take(loop, runner, started);
             }
+
+            _blockedAt[i] = blocked ? started : 0;
         }
 
         return active;
