@@ -397,6 +397,10 @@ class MainServer:
     url: str
     runnable: list[Scenario]
 
+    @property
+    def port(self) -> int:
+        return int(self.url.rsplit(":", 1)[1])
+
 
 class Runner:
     def __init__(self, args: argparse.Namespace, configs: list[Config]) -> None:
@@ -553,28 +557,36 @@ class Runner:
 
     # -- load --
 
-    def run_wrk(self, url: str, scenario: Scenario, duration: float, cpus: str | None,
-                threads: int) -> tuple[dict | None, str, float]:
-        """Runs wrk; returns (parsed WRK_RESULT, command line, load-generator CPU seconds)."""
+    @staticmethod
+    def wrk_argv(url: str, scenario: Scenario, duration: float, cpus: str | None, threads: int) -> list[str]:
         argv = (["taskset", "-c", cpus] if cpus else []) + [
             "wrk", "-t", str(min(threads, scenario.connections)), "-c", str(scenario.connections),
             "-d", f"{max(1, math.ceil(duration))}s", "--timeout", f"{scenario.timeout_s}s",
             "-s", str(PIPELINE_LUA)]
         for header in scenario.headers:
             argv += ["-H", header]
-        argv += [url + scenario.path, "--", str(scenario.depth), str(scenario.body_kib)]
+        return argv + [url + scenario.path, "--", str(scenario.depth), str(scenario.body_kib)]
+
+    @staticmethod
+    def wrk_result(output: str) -> dict | None:
+        """The WRK_RESULT line pipeline.lua prints, parsed."""
+        for line in output.splitlines():
+            if line.startswith("WRK_RESULT "):
+                return json.loads(line[len("WRK_RESULT "):])
+        return None
+
+    def run_wrk(self, url: str, scenario: Scenario, duration: float, cpus: str | None,
+                threads: int) -> tuple[dict | None, str, float]:
+        """Runs wrk; returns (parsed WRK_RESULT, command line, load-generator CPU seconds)."""
+        argv = self.wrk_argv(url, scenario, duration, cpus, threads)
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         try:
             done = subprocess.run(argv, capture_output=True, text=True, timeout=duration + 20)
-            output = done.stdout
         except subprocess.TimeoutExpired:
             return None, shlex.join(argv), 0.0
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         load_cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-        for line in output.splitlines():
-            if line.startswith("WRK_RESULT "):
-                return json.loads(line[len("WRK_RESULT "):]), shlex.join(argv), load_cpu
-        return None, shlex.join(argv), load_cpu
+        return self.wrk_result(done.stdout), shlex.join(argv), load_cpu
 
     def prime(self, url: str, scenarios: list[Scenario], total: float, cpus: str | None, threads: int) -> None:
         """Warms a fresh server on every scenario it will be measured on, in turn, for `total` seconds.
@@ -601,12 +613,18 @@ class Runner:
         """Warm-up, then one measured window; measured again (warm-up included) while other processes took
         at least DISTURBED_OTHER_LOAD of the benchmark's CPUs, up to --remeasure more times, keeping the
         least disturbed window. Returns False when the server died."""
+        return self.least_disturbed(lambda: self.window(phase, config, scenario, round_no, url, procs, warmup,
+                                                        cpus_load, wrk_threads, server_cpu_count, extra))
+
+    def least_disturbed(self, attempt_window) -> bool:
+        """Runs attempt_window() -> (server alive, record or None) again while other processes took at least
+        DISTURBED_OTHER_LOAD of the benchmark's CPUs, up to --remeasure more times, and keeps the least
+        disturbed record. Returns False when the server died."""
         best: dict | None = None
         for attempt in range(1, self.args.remeasure + 2):
-            alive, record = self.window(phase, config, scenario, round_no, url, procs, warmup, cpus_load,
-                                        wrk_threads, server_cpu_count, extra)
+            alive, record = attempt_window()
             if record is None:
-                return alive                # the attempt failed; window() recorded why, and that is the outcome
+                return alive                # the attempt failed; the window recorded why, and that is the outcome
             if best is None or (record["other_cpu_util"] or 0.0) < (best["other_cpu_util"] or 0.0):
                 best = record
             if (record["other_cpu_util"] or 0.0) < DISTURBED_OTHER_LOAD or attempt > self.args.remeasure:
@@ -733,16 +751,18 @@ class Runner:
                     self.run_server_scenarios(config, mode, todo, round_no)
                     self.save()
 
-    def open_server(self, config: Config, mode: str, todo: list[Scenario], round_no: int) -> MainServer | None:
-        """Starts and verifies one configuration's server for the main phase, and primes it on the scenarios
-        it can serve. None when it did not start or failed verification (recorded as an event)."""
+    def open_server(self, config: Config, mode: str, todo: list[Scenario], round_no: int, phase: str = "main",
+                    cpus: str | None = None, threads: int | None = None, prime: bool = True) -> MainServer | None:
+        """Starts and verifies one configuration's server for a phase (pinned to `cpus`, default the server
+        CPUs), and primes it on the scenarios it can serve. None when it did not start or failed verification
+        (recorded as an event)."""
         port = free_port(self.ports)
         target = verify.Target("tcp", host="127.0.0.1", port=port)
         server_mode = "middleware" if mode == "any" else mode
-        started = self.start_server(config, server_mode, target, self.args.server_cpus, None,
-                                    f"main-r{round_no}-{config.name}-{mode}")
+        started = self.start_server(config, server_mode, target, cpus or self.args.server_cpus, threads,
+                                    f"{phase}-r{round_no}-{config.name}-{mode}")
         if started.state != "ok":
-            self.start_failed("main", config, mode, started, "*", round_no, mode)
+            self.start_failed(phase, config, mode, started, "*", round_no, mode)
             return None
         server = MainServer(config, started.proc, f"http://127.0.0.1:{port}", [])
         try:
@@ -751,7 +771,7 @@ class Runner:
             paths = list(dict.fromkeys(CORE_PATHS + [s.path for s in todo]))
             if config.kind == "ceiling" or mode == "platform":
                 paths = [p for p in paths if p in CORE_PATHS]
-            result = self.verify_server("main", config.name, target, paths, round_no, mode)
+            result = self.verify_server(phase, config.name, target, paths, round_no, mode)
             if result is None:
                 server.proc.stop()
                 return None
@@ -759,14 +779,14 @@ class Runner:
                 state, reason = result.state(scenario.path)
                 if state == "missing":
                     self.unsupported[(config.name, scenario.path)] = reason
-                    self.event("main", config.name, "unsupported", reason, scenario.name, round_no, mode)
+                    self.event(phase, config.name, "unsupported", reason, scenario.name, round_no, mode)
                     continue
                 if state == "bad":
-                    self.event("main", config.name, "failed", "verification: " + reason, scenario.name,
+                    self.event(phase, config.name, "failed", "verification: " + reason, scenario.name,
                                round_no, mode)
                     continue
                 server.runnable.append(scenario)
-            if config.kind != "ceiling":
+            if prime and config.kind != "ceiling":
                 self.prime(server.url, server.runnable, self.args.warmup_first, self.args.client_cpus,
                            self.args.wrk_threads)
             return server
