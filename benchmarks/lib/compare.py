@@ -12,7 +12,10 @@ Phases (each its own interleaved rounds):
   main     wrk scenarios against every configuration, pinned (server CPUs vs load CPUs);
   latency  open-loop latency with benchmarks/loadgen at a fixed rate;
   hosting  Kestrel direct, behind nginx (TCP and Unix-socket upstream) and behind Caddy;
-  sweep    ThreadCount 1/2/4, unpinned.
+  sweep    ThreadCount 1/2/4, unpinned;
+  fixed, mixed, blocking  below saturation, open loop (openloop.py): CPU and latency at fixed fractions
+           of the baseline's rate; small requests beside bulk downloads on one loop; bystanders of a
+           handler that blocks its thread.
 
 Results go to --out: results.json (every measurement), then report.py writes report.md,
 results.csv and the charts.
@@ -45,6 +48,7 @@ from pathlib import Path
 
 sys.dont_write_bytecode = True   # no __pycache__ in the source tree
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import openloop  # noqa: E402
 import report  # noqa: E402
 import verify  # noqa: E402
 
@@ -58,7 +62,7 @@ STARTUP_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 5.0
 ERROR_TOLERANCE = 0.001            # --quick fails when errors exceed 0.1% of a measurement's requests
 LATENCY_RATE_DIVISOR = 6           # the open-loop rate: the baseline's closed-loop json-256 rate over this
-STRIPPED_ENV_PREFIXES = ("Kestrel__", "ASPNETCORE_", "DOTNET_SYSTEM_NET_SOCKETS_")
+STRIPPED_ENV_PREFIXES = ("Kestrel__", "ASPNETCORE_", "DOTNET_SYSTEM_NET_SOCKETS_", "DOTNET_ThreadPool_")
 CORE_PATHS = ["/plaintext", "/json"]
 APP_PATHS = ["/text", "/json-object", "/xml", "/html", "/api/test"]
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -214,6 +218,20 @@ HOSTING_SCENARIOS = [
     JSON_256,
 ]
 SWEEP_SCENARIO = JSON_256
+
+# The open-loop phases (openloop.py). Fixed rates: JSON over 64 keep-alive connections, and one MVC scenario
+# of the same shape: /json-object is /json's work (an object serialized to JSON per request) behind routing,
+# action selection and MVC's output formatter, so the two tables differ by what MVC costs per request.
+FIXED_SCENARIOS = [
+    Scenario("json-64", "JSON, 64 connections", "/json", 64),
+    Scenario("json-object-64", "app: GET /json-object (MVC, JSON formatter), 64 connections", "/json-object", 64),
+]
+# Mixed load on one loop: small requests at a fixed rate beside 8 MiB downloads (about 0.1 s each).
+MIXED_SMALL = Scenario("json-16", "JSON, 16 connections", "/json", 16)
+MIXED_BULK = Scenario("download8m-16", "GET 8 MiB bodies, 16 connections", "/download/8192", 16, timeout_s=10)
+# Blocking: the bystanders' requests, and the sample's blocking handler as verification probes it.
+BLOCK_BYSTANDER = Scenario("json-8", "JSON, 8 bystander connections", "/json", openloop.BYSTANDERS)
+BLOCK_PROBE = Scenario("block", "GET /block (the sample's blocking handler), 0 ms", openloop.block_path(0, "sleep"), 1)
 
 
 # ---- processes ------------------------------------------------------------------------------
@@ -397,9 +415,13 @@ class MainServer:
     url: str
     runnable: list[Scenario]
 
+    @property
+    def port(self) -> int:
+        return int(self.url.rsplit(":", 1)[1])
+
 
 class Runner:
-    def __init__(self, args: argparse.Namespace, configs: list[Config]) -> None:
+    def __init__(self, args: argparse.Namespace, configs: list[Config], table: list[Config] | None = None) -> None:
         self.args = args
         self.configs = configs
         self.by_name = {c.name: c for c in configs}
@@ -426,6 +448,9 @@ class Runner:
         self.started = time.monotonic()
         self.meta: dict = {}
         self.bench_cpus = sorted(set(cpu_list(args.server_cpus) + cpu_list(args.client_cpus)))
+        self.server_cpu_list = cpu_list(args.server_cpus)
+        self.table = {c.name: c for c in table or configs}    # every row, selected or not (fixed's base rate)
+        self.loadgen = BIN / "loadgen"
         self.latency_rate: float | None = None
         self.latency_rate_source = ""
 
@@ -540,6 +565,9 @@ class Runner:
             self.unsupported[(config.name, key)] = started.reason
         self.event(phase, config.name, started.state, started.reason, scenario, round_no, mode, extra)
 
+    def busy_seconds(self) -> float:
+        return cpu_busy_seconds(self.bench_cpus)
+
     def other_load(self, busy: float, ours: float, wall: float) -> float | None:
         """Share of the benchmark's CPUs used by other processes during a window: on a shared
         machine this says how much to trust it."""
@@ -553,28 +581,36 @@ class Runner:
 
     # -- load --
 
-    def run_wrk(self, url: str, scenario: Scenario, duration: float, cpus: str | None,
-                threads: int) -> tuple[dict | None, str, float]:
-        """Runs wrk; returns (parsed WRK_RESULT, command line, load-generator CPU seconds)."""
+    @staticmethod
+    def wrk_argv(url: str, scenario: Scenario, duration: float, cpus: str | None, threads: int) -> list[str]:
         argv = (["taskset", "-c", cpus] if cpus else []) + [
             "wrk", "-t", str(min(threads, scenario.connections)), "-c", str(scenario.connections),
             "-d", f"{max(1, math.ceil(duration))}s", "--timeout", f"{scenario.timeout_s}s",
             "-s", str(PIPELINE_LUA)]
         for header in scenario.headers:
             argv += ["-H", header]
-        argv += [url + scenario.path, "--", str(scenario.depth), str(scenario.body_kib)]
+        return argv + [url + scenario.path, "--", str(scenario.depth), str(scenario.body_kib)]
+
+    @staticmethod
+    def wrk_result(output: str) -> dict | None:
+        """The WRK_RESULT line pipeline.lua prints, parsed."""
+        for line in output.splitlines():
+            if line.startswith("WRK_RESULT "):
+                return json.loads(line[len("WRK_RESULT "):])
+        return None
+
+    def run_wrk(self, url: str, scenario: Scenario, duration: float, cpus: str | None,
+                threads: int) -> tuple[dict | None, str, float]:
+        """Runs wrk; returns (parsed WRK_RESULT, command line, load-generator CPU seconds)."""
+        argv = self.wrk_argv(url, scenario, duration, cpus, threads)
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         try:
             done = subprocess.run(argv, capture_output=True, text=True, timeout=duration + 20)
-            output = done.stdout
         except subprocess.TimeoutExpired:
             return None, shlex.join(argv), 0.0
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         load_cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-        for line in output.splitlines():
-            if line.startswith("WRK_RESULT "):
-                return json.loads(line[len("WRK_RESULT "):]), shlex.join(argv), load_cpu
-        return None, shlex.join(argv), load_cpu
+        return self.wrk_result(done.stdout), shlex.join(argv), load_cpu
 
     def prime(self, url: str, scenarios: list[Scenario], total: float, cpus: str | None, threads: int) -> None:
         """Warms a fresh server on every scenario it will be measured on, in turn, for `total` seconds.
@@ -601,12 +637,18 @@ class Runner:
         """Warm-up, then one measured window; measured again (warm-up included) while other processes took
         at least DISTURBED_OTHER_LOAD of the benchmark's CPUs, up to --remeasure more times, keeping the
         least disturbed window. Returns False when the server died."""
+        return self.least_disturbed(lambda: self.window(phase, config, scenario, round_no, url, procs, warmup,
+                                                        cpus_load, wrk_threads, server_cpu_count, extra))
+
+    def least_disturbed(self, attempt_window) -> bool:
+        """Runs attempt_window() -> (server alive, record or None) again while other processes took at least
+        DISTURBED_OTHER_LOAD of the benchmark's CPUs, up to --remeasure more times, and keeps the least
+        disturbed record. Returns False when the server died."""
         best: dict | None = None
         for attempt in range(1, self.args.remeasure + 2):
-            alive, record = self.window(phase, config, scenario, round_no, url, procs, warmup, cpus_load,
-                                        wrk_threads, server_cpu_count, extra)
+            alive, record = attempt_window()
             if record is None:
-                return alive                # the attempt failed; window() recorded why, and that is the outcome
+                return alive                # the attempt failed; the window recorded why, and that is the outcome
             if best is None or (record["other_cpu_util"] or 0.0) < (best["other_cpu_util"] or 0.0):
                 best = record
             if (record["other_cpu_util"] or 0.0) < DISTURBED_OTHER_LOAD or attempt > self.args.remeasure:
@@ -733,16 +775,18 @@ class Runner:
                     self.run_server_scenarios(config, mode, todo, round_no)
                     self.save()
 
-    def open_server(self, config: Config, mode: str, todo: list[Scenario], round_no: int) -> MainServer | None:
-        """Starts and verifies one configuration's server for the main phase, and primes it on the scenarios
-        it can serve. None when it did not start or failed verification (recorded as an event)."""
+    def open_server(self, config: Config, mode: str, todo: list[Scenario], round_no: int, phase: str = "main",
+                    cpus: str | None = None, threads: int | None = None, prime: bool = True) -> MainServer | None:
+        """Starts and verifies one configuration's server for a phase (pinned to `cpus`, default the server
+        CPUs), and primes it on the scenarios it can serve. None when it did not start or failed verification
+        (recorded as an event)."""
         port = free_port(self.ports)
         target = verify.Target("tcp", host="127.0.0.1", port=port)
         server_mode = "middleware" if mode == "any" else mode
-        started = self.start_server(config, server_mode, target, self.args.server_cpus, None,
-                                    f"main-r{round_no}-{config.name}-{mode}")
+        started = self.start_server(config, server_mode, target, cpus or self.args.server_cpus, threads,
+                                    f"{phase}-r{round_no}-{config.name}-{mode}")
         if started.state != "ok":
-            self.start_failed("main", config, mode, started, "*", round_no, mode)
+            self.start_failed(phase, config, mode, started, "*", round_no, mode)
             return None
         server = MainServer(config, started.proc, f"http://127.0.0.1:{port}", [])
         try:
@@ -751,7 +795,7 @@ class Runner:
             paths = list(dict.fromkeys(CORE_PATHS + [s.path for s in todo]))
             if config.kind == "ceiling" or mode == "platform":
                 paths = [p for p in paths if p in CORE_PATHS]
-            result = self.verify_server("main", config.name, target, paths, round_no, mode)
+            result = self.verify_server(phase, config.name, target, paths, round_no, mode)
             if result is None:
                 server.proc.stop()
                 return None
@@ -759,14 +803,14 @@ class Runner:
                 state, reason = result.state(scenario.path)
                 if state == "missing":
                     self.unsupported[(config.name, scenario.path)] = reason
-                    self.event("main", config.name, "unsupported", reason, scenario.name, round_no, mode)
+                    self.event(phase, config.name, "unsupported", reason, scenario.name, round_no, mode)
                     continue
                 if state == "bad":
-                    self.event("main", config.name, "failed", "verification: " + reason, scenario.name,
+                    self.event(phase, config.name, "failed", "verification: " + reason, scenario.name,
                                round_no, mode)
                     continue
                 server.runnable.append(scenario)
-            if config.kind != "ceiling":
+            if prime and config.kind != "ceiling":
                 self.prime(server.url, server.runnable, self.args.warmup_first, self.args.client_cpus,
                            self.args.wrk_threads)
             return server
@@ -1075,6 +1119,16 @@ class Runner:
             self.save()
 
 
+    def phase_fixed(self) -> None:
+        openloop.phase_fixed(self, FIXED_SCENARIOS)
+
+    def phase_mixed(self) -> None:
+        openloop.phase_mixed(self, MIXED_SMALL, MIXED_BULK)
+
+    def phase_blocking(self) -> None:
+        openloop.phase_blocking(self, BLOCK_BYSTANDER, BLOCK_PROBE)
+
+
 def fill(template: str, values: dict[str, str]) -> str:
     for key, value in values.items():
         template = template.replace("@" + key + "@", value)
@@ -1131,6 +1185,9 @@ def machine_info() -> dict:
 
 # ---- entry point ----------------------------------------------------------------------------
 
+PHASES = ("main", "latency", "hosting", "sweep", "fixed", "mixed", "blocking")
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="benchmarks/compare.sh",
@@ -1156,6 +1213,27 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    "(docs/benchmarks/traces/latency-json-256.md)")
     p.add_argument("--latency-rate", type=float, help="open-loop rate in req/s (default: a sixth of the baseline's "
                    "median json-256 throughput; --quick 2000)")
+    p.add_argument("--fixed-fractions", help="fixed phase: rates as fractions of the baseline's saturated rate on "
+                   "each scenario (default 0.05,0.25,0.6; --quick 0.25)")
+    p.add_argument("--fixed-base-rate", action="append", default=[], metavar="SCENARIO=N",
+                   help="fixed phase: a scenario's saturated rate in req/s, instead of measuring the baseline with wrk "
+                   "at the start of the phase (repeatable)")
+    p.add_argument("--fixed-scenarios", help="fixed phase: json-64 and/or json-object-64 (default both; --quick json-64)")
+    p.add_argument("--fixed-duration", type=float, help="fixed phase: measured window (default 8 s, --quick 2)")
+    p.add_argument("--fixed-warmup", type=float, help="fixed phase: loadgen's warm-up at the window's own rate before "
+                   "each window (default 10 s, --quick 1); the first window of a scenario on a fresh server also gets "
+                   "--warmup-first")
+    p.add_argument("--mixed-rate", type=float, help="mixed phase: the small requests' fixed rate (default 500/s)")
+    p.add_argument("--mixed-duration", type=float, help="mixed phase: measured window (default 10 s, --quick 2)")
+    p.add_argument("--mixed-warmup", type=float, help="mixed phase: warm-up at the rate, downloads running "
+                   "(default 5 s, --quick 1)")
+    p.add_argument("--blocking-how", help="blocking phase: how the handler blocks, any of sleep,result,lock "
+                   "(default all three; --quick sleep)")
+    p.add_argument("--blocking-ms", type=int, help="blocking phase: how long the handler blocks (default 2000)")
+    p.add_argument("--blocking-rate", type=float, help="blocking phase: the 8 bystanders' total fixed rate "
+                   "(default 1000/s: one request a millisecond, the resolution of the worst wait)")
+    p.add_argument("--blocking-warmup", type=float, help="blocking phase: the bystanders' warm-up before the block "
+                   "(default 5 s, --quick 1)")
     p.add_argument("--server-cpus", default="1", help="CPUs the server (and a proxy) are pinned to (default 1)")
     p.add_argument("--client-cpus", default="0", help="CPUs wrk and loadgen are pinned to (default 0)")
     p.add_argument("--wrk-threads", type=int, help="wrk threads (default: number of client CPUs)")
@@ -1164,7 +1242,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--add-config", action="append", default=[], metavar="LINE",
                    help="one more configuration, in configs.txt's line format (repeatable)")
     p.add_argument("--baseline", default="sockets", help="configuration the ratios are relative to")
-    p.add_argument("--phases", default="main,latency,hosting,sweep", help="phases to run, comma-separated")
+    p.add_argument("--phases", default="main,latency,hosting,sweep",
+                   help=f"phases to run, comma-separated, of {','.join(PHASES)} (default main,latency,hosting,sweep)")
     p.add_argument("--scenarios", help="comma-separated subset of the main scenarios")
     p.add_argument("--order", choices=("blocks", "paired"), default="blocks",
                    help="main phase: blocks (default) runs one server at a time through all its scenarios; "
@@ -1194,6 +1273,17 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args.latency_warmup = args.latency_warmup if args.latency_warmup is not None else (1.0 if quick else 15.0)
     args.remeasure = args.remeasure if args.remeasure is not None else (0 if quick else 2)
     args.wrk_threads = args.wrk_threads or cpu_count(args.client_cpus)
+    args.fixed_fractions = [float(x) for x in (args.fixed_fractions or ("0.25" if quick else "0.05,0.25,0.6")).split(",")]
+    args.fixed_scenarios = (args.fixed_scenarios or ("json-64" if quick else "json-64,json-object-64")).split(",")
+    args.fixed_duration = args.fixed_duration or (2.0 if quick else 8.0)
+    args.fixed_warmup = args.fixed_warmup if args.fixed_warmup is not None else (1.0 if quick else 10.0)
+    args.mixed_rate = args.mixed_rate or 500.0
+    args.mixed_duration = args.mixed_duration or (2.0 if quick else 10.0)
+    args.mixed_warmup = args.mixed_warmup if args.mixed_warmup is not None else (1.0 if quick else 5.0)
+    args.blocking_how = (args.blocking_how or ("sleep" if quick else "sleep,result,lock")).split(",")
+    args.blocking_ms = args.blocking_ms or 2000
+    args.blocking_rate = args.blocking_rate or 1000.0
+    args.blocking_warmup = args.blocking_warmup if args.blocking_warmup is not None else (1.0 if quick else 5.0)
     args.phases = [x for x in args.phases.split(",") if x]
     args.scenarios = set(args.scenarios.split(",")) if args.scenarios else None
     if args.scenarios:
@@ -1214,8 +1304,29 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     if args.latency_warmup < 0 or args.latency_duration <= 0:
         p.error("--latency-warmup must be ≥ 0 and --latency-duration > 0")
     for phase in args.phases:
-        if phase not in ("main", "latency", "hosting", "sweep"):
-            p.error(f"unknown phase {phase!r}")
+        if phase not in PHASES:
+            p.error(f"unknown phase {phase!r}; known: {', '.join(PHASES)}")
+    if any(not 0 < f <= 1 for f in args.fixed_fractions):
+        p.error("--fixed-fractions must be in (0, 1]")
+    unknown = set(args.fixed_scenarios) - {s.name for s in FIXED_SCENARIOS}
+    if unknown:
+        p.error(f"unknown fixed scenario(s) {sorted(unknown)}; known: {', '.join(s.name for s in FIXED_SCENARIOS)}")
+    rates = {}
+    for item in args.fixed_base_rate:
+        for pair in item.split(","):
+            name, _, value = pair.partition("=")
+            try:
+                rates[name] = float(value)
+            except ValueError:
+                p.error(f"--fixed-base-rate {pair!r}: expected SCENARIO=REQUESTS_PER_SECOND")
+            if name not in {s.name for s in FIXED_SCENARIOS} or rates[name] <= 0:
+                p.error(f"--fixed-base-rate {pair!r}: expected one of {', '.join(s.name for s in FIXED_SCENARIOS)} "
+                        "and a positive rate")
+    args.fixed_base_rate = rates
+    if set(args.blocking_how) - {"sleep", "result", "lock"}:
+        p.error("--blocking-how takes sleep, result and lock")
+    if not 1 <= args.blocking_ms <= 60000:
+        p.error("--blocking-ms must be 1-60000 (the sample's limit)")
     for model in args.hosting:
         if model not in HOSTING_MODELS:
             p.error(f"unknown hosting model {model!r}; known: {', '.join(HOSTING_MODELS)}")
@@ -1251,12 +1362,31 @@ def estimate_seconds(args: argparse.Namespace, configs: list[Config]) -> float:
     if "sweep" in args.phases:
         counts = 1 if args.quick else len(args.sweep_threads)
         per_round += len(args.sweep_transports) * counts * (start + args.warmup_first + windows([SWEEP_SCENARIO]))
-    return per_round * args.rounds
+    loadgen_overhead = 2.3                  # connecting, the drain and a fresh loadgen per window
+    fixed = [s for s in FIXED_SCENARIOS if s.name in args.fixed_scenarios]
+    calibration = 0.0
+    if "fixed" in args.phases:
+        for c in kestrel + ceilings:
+            served = [s for s in fixed if c.kind == "kestrel" or s.ceiling_serves]
+            per_round += start + len(served) * (
+                (args.warmup_first if c.kind == "kestrel" else 0)
+                + len(args.fixed_fractions) * (args.fixed_warmup + args.fixed_duration + loadgen_overhead))
+        missing = [s for s in fixed if s.name not in args.fixed_base_rate]
+        if missing:
+            calibration = start + args.warmup_first + (1 if args.quick else openloop.FIXED_BASE_WINDOWS) * windows(missing)
+    if "mixed" in args.phases:
+        per_round += len(kestrel) * (start + args.warmup_first + openloop.MIXED_WRK_LEAD_S + args.mixed_warmup
+                                     + args.mixed_duration + loadgen_overhead + 1)
+    if "blocking" in args.phases:
+        per_round += len(kestrel) * len(args.blocking_how) * (
+            start + args.blocking_warmup + openloop.BLOCK_LEAD_S + args.blocking_ms / 1000 + openloop.BLOCK_TAIL_S
+            + loadgen_overhead)
+    return per_round * args.rounds + calibration
 
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
-    configs = load_configs(Path(args.config_file), args.add_config)
+    configs = table = load_configs(Path(args.config_file), args.add_config)
     if args.configs:
         # --add-config rows were asked for by name already: --configs selects among the table's rows.
         wanted = args.configs.split(",") + [c.name for c in (parse_config_line(l) for l in args.add_config) if c]
@@ -1275,7 +1405,7 @@ def main(argv: list[str]) -> int:
             raise SystemExit(f"compare: configuration {config.name}: @sample={config.sample} does not exist "
                              "(build that tree's samples/TechEmpower in Release first)")
 
-    runner = Runner(args, configs)
+    runner = Runner(args, configs, table)
 
     def on_signal(signum, _frame):
         runner.interrupted = True

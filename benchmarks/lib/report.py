@@ -109,7 +109,8 @@ def write_csv(out: Path, data: dict) -> None:
                "path", "rps", "requests", "duration_s", "bytes", "mib_per_s", "server_cpu_s", "proxy_cpu_s", "cpu_us_per_request",
                "server_cpu_util", "load_cpu_util", "other_cpu_util", "switches_per_request", "syscalls_per_request",
                "error_total"] + [f"err_{k}" for k in error_keys] + [
-               "target_rate", "p50_us", "p90_us", "p99_us", "p99.9_us", "max_us", "command"]
+               "target_rate", "p50_us", "p90_us", "p99_us", "p99.9_us", "max_us", "lag_p99_us", "fraction",
+               "bulk_mib_per_s", "how", "blocked_ms", "worst_wait_us", "command"]
     with open(out / "results.csv", "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(columns)
@@ -117,7 +118,8 @@ def write_csv(out: Path, data: dict) -> None:
             lat = m.get("latency_us") or {}
             row = {**m, **{f"err_{k}": m["errors"].get(k, 0) for k in error_keys},
                    "p50_us": lat.get("p50"), "p90_us": lat.get("p90"), "p99_us": lat.get("p99"),
-                   "p99.9_us": lat.get("p99.9"), "max_us": lat.get("max")}
+                   "p99.9_us": lat.get("p99.9"), "max_us": lat.get("max"),
+                   "lag_p99_us": (m.get("send_lag_us") or {}).get("p99")}
             writer.writerow(["" if row.get(c) is None else
                              (f"{row[c]:.4f}" if isinstance(row[c], float) else row[c]) for c in columns])
 
@@ -414,6 +416,248 @@ def latency_section(data: dict) -> list[str]:
     return lines + [""]
 
 
+# ---- the open-loop phases (openloop.py) -------------------------------------------------------
+
+def paired(rows: list[dict], base_rows: list[dict], value) -> str:
+    """The median over rounds of each round's value / the baseline's value in the same round, with the
+    min-max: the ratio to quote, since both windows of a round share the machine's state."""
+    base = {r["round"]: value(r) for r in base_rows}
+    ratios = [value(r) / base[r["round"]] for r in rows if base.get(r["round"]) and value(r) is not None]
+    if not ratios:
+        return "–"
+    if len(ratios) == 1:
+        return fmt_ratio(ratios[0])
+    return f"{fmt_ratio(median(ratios))} ({min(ratios):.2f}–{max(ratios):.2f})"
+
+
+def spread(rows: list[dict], value, fmt) -> str:
+    """Median (min–max) over rounds."""
+    values = [value(r) for r in rows if value(r) is not None]
+    if not values:
+        return "–"
+    text = fmt(median(values))
+    return text if len(values) == 1 else f"{text} ({fmt(min(values))}–{fmt(max(values))})"
+
+
+def percentile(key: str):
+    return lambda r: r["latency_us"][key]
+
+
+def lag_p99(r: dict):
+    return r["send_lag_us"]["p99"]
+
+
+def latency_cells(rows: list[dict], base_rows: list[dict]) -> str:
+    """p50 | p99 (min–max) | p99.9 | p99 against the baseline, paired by round."""
+    return (f"{fmt_latency(median(percentile('p50')(r) for r in rows))} | {spread(rows, percentile('p99'), fmt_latency)} | "
+            f"{fmt_latency(median(percentile('p99.9')(r) for r in rows))} | {paired(rows, base_rows, percentile('p99'))}")
+
+
+def not_measured(data: dict, phase: str, names: list[str]) -> list[str]:
+    """One line for the selected configurations with no row in a phase, with the reason."""
+    rows = select(data["measurements"], phase=phase)
+    missing = [c["name"] for c in data["configs"] if c["name"] not in names and not select(rows, config=c["name"])]
+    if not missing:
+        return []
+    reasons = []
+    for name in missing:
+        event = next((e for e in data["events"] if e["phase"] == phase and e["config"] == name), None)
+        reason = f"{event['state']}: {event['reason']}" if event else "not measured"
+        reasons.append(f"{name} ({reason[:157] + '…' if len(reason) > 160 else reason})")
+    return ["Not measured: " + "; ".join(reasons) + ".", ""]
+
+
+def fixed_section(data: dict) -> list[str]:
+    fixed = data["meta"].get("fixed")
+    if not fixed:
+        return []
+    rows = select(data["measurements"], phase="fixed")
+    baseline = fixed["baseline"]
+    lines = ["## Fixed rates (open loop)", "",
+             f"benchmarks/loadgen sends requests on a fixed schedule (no coordinated omission) at fractions of "
+             f"{baseline}'s saturated rate on each scenario. The server is pinned to CPU {data['meta'].get('server_cpus')} "
+             f"and loadgen to CPU {data['meta'].get('client_cpus')}. Each fresh server gets "
+             f"{fixed['prime_s']:g} s at the highest rate before its first window of a scenario, then every window "
+             f"{fixed['warmup_s']:g} s of warm-up at its own rate, highest rate first; {fixed['duration_s']:g} s "
+             "measured. **CPU µs/req** is the server's CPU time between loadgen's window markers over the answers "
+             "that arrived in between; **Server CPU** is that time as a share of the pinned CPUs. Latencies are "
+             "medians over rounds of each round's percentile; **lag** is how late loadgen itself sent (p99): when "
+             f"it is large, the client, not the server, delayed the requests. **vs {baseline}**: the median over "
+             "rounds of each round's ratio (min–max), both windows of a round minutes or, with `--order paired`, "
+             "seconds apart.", ""]
+    names = []
+    for s in fixed["scenarios"]:
+        base = fixed["base"].get(s["name"], {})
+        lines += [f"### {s['name']}: {s['title']}", "",
+                  f"`GET {s['path']}`, {s['connections']} keep-alive connections; 100% = {fmt_int(base.get('rate'))} "
+                  f"req/s ({base.get('source', '?')}).", "",
+                  f"| Rate | Configuration | Achieved req/s | CPU µs/req | vs {baseline} | Server CPU | p50 | p99 | p99.9 "
+                  f"| p99 vs {baseline} | lag p99 | Other load | Rounds | Errors |",
+                  "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+        for fraction in fixed["fractions"]:
+            target = fixed["rates"].get(s["name"], {}).get(str(fraction))
+            base_rows = select(rows, scenario=s["name"], fraction=fraction, config=baseline)
+            for c in data["configs"]:
+                rs = select(rows, scenario=s["name"], fraction=fraction, config=c["name"])
+                if not rs:
+                    continue
+                names.append(c["name"])
+                sm = Summary(rs)
+                lines.append(
+                    f"| {fraction:.0%} ({fmt_int(target)}/s) | {c['name']} | {fmt_int(sm.rps)} | "
+                    f"{spread(rs, lambda r: r.get('cpu_us_per_request'), fmt_us)} | "
+                    f"{paired(rs, base_rows, lambda r: r.get('cpu_us_per_request'))} | {fmt_pct(sm.server_util)} | "
+                    f"{latency_cells(rs, base_rows)} | {fmt_latency(median(lag_p99(r) for r in rs))} | "
+                    f"{fmt_pct(sm.other_util)} | {sm.n} | {sm.errors_text()} |")
+        lines.append("")
+    return lines + not_measured(data, "fixed", names)
+
+
+def mixed_section(data: dict) -> list[str]:
+    mixed = data["meta"].get("mixed")
+    if not mixed:
+        return []
+    rows = select(data["measurements"], phase="mixed")
+    baseline = mixed["baseline"]
+    small, bulk = mixed["small"], mixed["bulk"]
+    lines = ["## Mixed load on one loop", "",
+             f"One event loop (`--threads {mixed['threads']}`, IOQueueCount for Sockets) on the pinned server CPU. "
+             f"wrk keeps {bulk['connections']} connections fetching `{bulk['path']}` (closed loop, niced so that "
+             f"loadgen goes first on the shared client CPU) while loadgen sends `GET {small['path']}` over "
+             f"{small['connections']} other connections at a fixed **{mixed['rate']:,.0f} req/s** (open loop: a "
+             "request delayed behind the downloads counts from when it was due). "
+             f"{mixed['warmup_s']:g} s warm-up with both running, {mixed['duration_s']:g} s measured. **Bulk MiB/s** "
+             "is what wrk received over its whole run, which spans the small requests' warm-up and window. "
+             f"Ratios: median of per-round ratios to {baseline} (min–max).", "",
+             f"| Configuration | Small req/s | p50 | p99 | p99.9 | p99 vs {baseline} | Bulk MiB/s | vs {baseline} | "
+             "Server CPU | lag p99 | Other load | Rounds | Errors |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    base_rows = select(rows, config=baseline)
+    names = []
+    for c in data["configs"]:
+        rs = select(rows, config=c["name"])
+        if not rs:
+            continue
+        names.append(c["name"])
+        sm = Summary(rs)
+        lines.append(
+            f"| {c['name']} | {fmt_int(sm.rps)} | {latency_cells(rs, base_rows)} | "
+            f"{spread(rs, lambda r: r['bulk_mib_per_s'], fmt_int)} | "
+            f"{paired(rs, base_rows, lambda r: r['bulk_mib_per_s'])} | {fmt_pct(sm.server_util)} | "
+            f"{fmt_latency(median(lag_p99(r) for r in rs))} | {fmt_pct(sm.other_util)} | {sm.n} | {sm.errors_text()} |")
+    return lines + [""] + not_measured(data, "mixed", names)
+
+
+def blocking_section(data: dict) -> list[str]:
+    blocking = data["meta"].get("blocking")
+    if not blocking:
+        return []
+    rows = select(data["measurements"], phase="blocking")
+    baseline = blocking["baseline"]
+    lines = ["## Blocking bystanders", "",
+             f"A fresh server per block, pinned to CPU {blocking['server_cpu']} alone with one event loop "
+             f"(`--threads {blocking['threads']}`). {blocking['bystanders']} keep-alive bystanders send `GET "
+             f"{blocking['path']}` at a fixed total {blocking['rate']:,.0f} req/s (loadgen, open loop; "
+             f"{blocking['warmup_s']:g} s warm-up). Then a request on an established keep-alive connection makes the "
+             f"sample's handler block its thread for {blocking['ms']:,} ms (`/block?how=…`): `sleep` is "
+             "`Thread.Sleep`, `result` is `.Result` on a task a `Task.Delay` completes, `lock` waits for a lock "
+             "another thread holds. **Worst wait**: the longest latency of a bystander request due while the "
+             "handler was blocked (by the handler's own start and end on CLOCK_MONOTONIC), counted from when it "
+             "was due: median over rounds (min–max). **Answered before the handler returned**: of the bystander "
+             "requests due during the block, how many were answered before it ended (issue 32 asks for all).", ""]
+    names = []
+    for how in blocking["hows"]:
+        lines += [f"### how={how}", "",
+                  f"| Configuration | Worst wait | vs {baseline} | Handler blocked | Due during the block | "
+                  "Answered before the handler returned | lag p99 | Other load | Rounds | Errors |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+        base_rows = select(rows, how=how, config=baseline)
+        for c in data["configs"]:
+            rs = select(rows, how=how, config=c["name"])
+            if not rs:
+                continue
+            names.append(c["name"])
+            sm = Summary(rs)
+            due = sum(r["bystanders_during"] for r in rs)
+            answered = sum(r["answered_before_return"] for r in rs)
+            answered_text = f"{answered:,} ({answered / due:.0%})" if due else "–"
+            lines.append(
+                f"| {c['name']} | {spread(rs, lambda r: r['worst_wait_us'], fmt_latency)} | "
+                f"{paired(rs, base_rows, lambda r: r['worst_wait_us'])} | "
+                f"{fmt_latency(median(r['blocked_ms'] * 1000 for r in rs))} | {due:,} | {answered_text} | "
+                f"{fmt_latency(median(lag_p99(r) for r in rs))} | {fmt_pct(sm.other_util)} | {sm.n} | "
+                f"{sm.errors_text()} |")
+        lines.append("")
+    return lines + not_measured(data, "blocking", names)
+
+
+# Issue 32's targets for the new scheduling mode, checked for every configuration whose name says
+# "adaptive" against the reference rows of the same run (ratios of medians).
+ISSUE32_INLINE, ISSUE32_CEILING, ISSUE32_SOCKETS = "linux-inline", "ceiling", "sockets"
+ISSUE32_WORST_WAIT_US = 50_000
+ISSUE32_LOW_FRACTION = 0.05         # at this load and below the bound against the C server is 2x, else 1.5x
+
+
+def issue32_targets(data: dict) -> list[str]:
+    measurements = data["measurements"]
+    candidates = [c["name"] for c in data["configs"] if "adaptive" in c["name"]
+                  and select(measurements, config=c["name"])
+                  and any(m["phase"] in ("fixed", "mixed", "blocking") for m in select(measurements, config=c["name"]))]
+    if not candidates:
+        return []
+    lines = ["## Issue 32's targets", "",
+             f"Each configuration named *adaptive* against `{ISSUE32_INLINE}`, `{ISSUE32_CEILING}` and "
+             f"`{ISSUE32_SOCKETS}` in this run: ratios of medians, **no** where missed. A ratio inside the rows' "
+             "min–max spread is not a result either way on a shared machine.", "",
+             "| Configuration | Target | Where | Bound | Measured | Met |", "|---|---|---|---:|---:|---|"]
+
+    def med(phase, config, value, **where):
+        return median(value(r) for r in select(measurements, phase=phase, config=config, **where))
+
+    def row(name, target, where, bound_text, measured, met):
+        if measured is None:
+            return
+        lines.append(f"| {name} | {target} | {where} | {bound_text} | {measured} | {'yes' if met else '**no**'} |")
+
+    fixed = data["meta"].get("fixed") or {}
+    for name in candidates:
+        for s in fixed.get("scenarios", []):
+            for f in fixed.get("fractions", []):
+                where = f"{s['name']} at {f:.0%}"
+                cpu = med("fixed", name, lambda r: r.get("cpu_us_per_request"), scenario=s["name"], fraction=f)
+                if cpu is None:
+                    continue
+                inline = med("fixed", ISSUE32_INLINE, lambda r: r.get("cpu_us_per_request"), scenario=s["name"], fraction=f)
+                if inline:
+                    row(name, f"CPU/req vs {ISSUE32_INLINE}", where, "≤ 1.10×", fmt_ratio(cpu / inline), cpu / inline <= 1.10)
+                ceiling = med("fixed", ISSUE32_CEILING, lambda r: r.get("cpu_us_per_request"), scenario=s["name"], fraction=f)
+                if ceiling:
+                    bound = 2.0 if f <= ISSUE32_LOW_FRACTION else 1.5
+                    row(name, "CPU/req vs the C server", where, f"≤ {bound:.2f}×", fmt_ratio(cpu / ceiling),
+                        cpu / ceiling <= bound)
+                for key in ("p99", "p99.9"):
+                    mine = med("fixed", name, percentile(key), scenario=s["name"], fraction=f)
+                    ref = med("fixed", ISSUE32_SOCKETS, percentile(key), scenario=s["name"], fraction=f)
+                    if ref:
+                        row(name, f"{key} vs {ISSUE32_SOCKETS}", where, f"≤ {fmt_latency(ref)}", fmt_latency(mine),
+                            mine <= ref)
+        mine = med("mixed", name, percentile("p99"))
+        ref = med("mixed", ISSUE32_SOCKETS, percentile("p99"))
+        if mine is not None and ref:
+            row(name, f"small-request p99 vs {ISSUE32_SOCKETS}", "mixed", f"≤ {fmt_latency(ref)}", fmt_latency(mine),
+                mine <= ref)
+        mine = med("mixed", name, lambda r: r["bulk_mib_per_s"])
+        ref = med("mixed", ISSUE32_SOCKETS, lambda r: r["bulk_mib_per_s"])
+        if mine is not None and ref:
+            row(name, f"bulk MiB/s vs {ISSUE32_SOCKETS}", "mixed", "≥ 0.90×", fmt_ratio(mine / ref), mine / ref >= 0.90)
+        for how in (data["meta"].get("blocking") or {}).get("hows", []):
+            worst = med("blocking", name, lambda r: r["worst_wait_us"], how=how)
+            if worst is not None:
+                row(name, "worst bystander wait", f"blocking, how={how}", f"< {fmt_latency(ISSUE32_WORST_WAIT_US)}",
+                    fmt_latency(worst), worst < ISSUE32_WORST_WAIT_US)
+    return lines + [""]
+
+
 def sweep_section(data: dict) -> list[str]:
     sweep = data["meta"].get("sweep")
     rows = select(data["measurements"], phase="sweep")
@@ -661,6 +905,10 @@ def write_markdown(out: Path, data: dict, charts: list[tuple[str, str]], chart_n
                   f"`GET {s['path']}`, {s['connections']} connections{pipe}{headers}; sample mode {s['mode']}{window}.", ""]
         lines += scenario_table(data, s)
     lines += latency_section(data)
+    lines += fixed_section(data)
+    lines += mixed_section(data)
+    lines += blocking_section(data)
+    lines += issue32_targets(data)
     lines += hosting_section(data)
     lines += sweep_section(data)
     lines += ["## Charts", ""]

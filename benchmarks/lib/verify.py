@@ -241,6 +241,13 @@ def exchange(target: Target, payload: bytes, count: int, timeout: float = 5.0,
         sock.close()
 
 
+def exchange_on(sock: socket.socket, payload: bytes, timeout: float = 5.0) -> Response:
+    """Sends one request on an open keep-alive connection and reads its response (nothing else may be in
+    flight on it)."""
+    sock.sendall(payload)
+    return _read_response(_Reader(sock, time.monotonic() + timeout))
+
+
 def _media_type(value: str) -> str:
     return value.split(";", 1)[0].strip().lower()
 

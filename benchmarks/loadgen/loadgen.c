@@ -13,6 +13,10 @@
 // The same histogram also records how late loadgen itself was in sending (its own lag), so a run
 // where the generator could not keep its schedule is visible.
 //
+// With -m, loadgen writes "loadgen: window start NS" and "loadgen: window end NS" to stderr (flushed)
+// as the measured window opens and closes, so a caller can read a server's CPU time over exactly
+// that window; "window_completed" counts the answers that arrived within it, to divide that CPU by.
+//
 // Output: one JSON object on stdout. With -s FILE, also every measured request as a text line
 // "INTENDED_NS LATENCY_NS LAG_NS" (intended send time on CLOCK_MONOTONIC, the clock .NET's EventPipe
 // timestamps use on Linux; LAG_NS is how late loadgen itself was in sending it), so a trace of the
@@ -20,7 +24,7 @@
 //
 // Build: gcc -O2 -Wall -Wextra -o loadgen loadgen.c
 // Run:   loadgen -p PORT -r RATE [-a 127.0.0.1] [-P /json] [-c 256] [-d 5] [-w 1] [-H 'Name: value']
-//               [-s FILE]
+//               [-s FILE] [-m]
 
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -125,6 +129,7 @@ struct conn {
 
 struct stats {
     uint64_t sent, completed, recorded;
+    uint64_t window_completed;   // answers that arrived inside the measured window, whatever their send time
     uint64_t err_connect, err_read, err_write, err_status, err_parse, err_closed, lost, incomplete;
 };
 
@@ -136,6 +141,7 @@ static int epoll_fd;
 static struct stats st;
 static struct histogram latency, lag;
 static uint64_t measure_from;   // requests intended before this are warm-up and not recorded
+static uint64_t measure_until;  // the measured window's end: no request is scheduled after it
 static uint64_t in_flight;      // requests queued or sent and not yet answered, all connections
 
 static void die(const char *fmt, ...)
@@ -278,6 +284,40 @@ static const char *find_crlfcrlf(const char *p, size_t n)
     return memmem(p, n, "\r\n\r\n", 4);
 }
 
+// The length of a complete chunked body (RFC 9112 7.1) at p, of which n bytes have arrived: 0 while it is
+// incomplete, -1 when it is malformed. MVC's formatters answer this way (no Content-Length).
+static long long chunked_length(const char *p, size_t n)
+{
+    size_t pos = 0;
+    for (;;) {
+        const char *eol = memmem(p + pos, n - pos, "\r\n", 2);
+        if (!eol)
+            return 0;
+        char *end;
+        unsigned long long size = strtoull(p + pos, &end, 16);   // stops at ';' (an extension) or CR
+        if (end == p + pos)
+            return -1;
+        pos = (size_t)(eol - p) + 2;
+        if (size == 0) {
+            for (;;) {   // trailer lines, up to the empty line that ends the message
+                const char *line_end = memmem(p + pos, n - pos, "\r\n", 2);
+                if (!line_end)
+                    return 0;
+                size_t len = (size_t)(line_end - (p + pos));
+                pos += len + 2;
+                if (len == 0)
+                    return (long long)pos;
+            }
+        }
+        if (n - pos < size + 2)
+            return 0;
+        pos += size;
+        if (memcmp(p + pos, "\r\n", 2) != 0)
+            return -1;
+        pos += 2;
+    }
+}
+
 // Parses every complete response in the buffer. Returns -1 when the connection must be reset.
 static int conn_parse(struct conn *c, uint64_t now)
 {
@@ -296,7 +336,7 @@ static int conn_parse(struct conn *c, uint64_t now)
         }
         int status = atoi(start + 9);
         long long length = -1;
-        int close_after = 0;
+        int close_after = 0, chunked = 0;
         const char *line = memchr(start, '\n', head) + 1;
         while (line < start + head - 2) {
             const char *eol = memchr(line, '\n', (size_t)(start + head - line));
@@ -307,16 +347,21 @@ static int conn_parse(struct conn *c, uint64_t now)
                      && memmem(line, len, "close", 5))
                 close_after = 1;
             else if (len > 18 && strncasecmp(line, "transfer-encoding:", 18) == 0) {
-                st.err_parse++;   // chunked responses are not supported: the test servers don't send them
-                return -1;
+                if (!memmem(line, len, "chunked", 7)) {
+                    st.err_parse++;   // no other coding is expected from the test servers
+                    return -1;
+                }
+                chunked = 1;
             }
             line = eol + 1;
         }
+        if (chunked)
+            length = chunked_length(start + head, avail - head);   // never 0 when complete: "0\r\n\r\n"
         if (length < 0) {
             st.err_parse++;
             return -1;
         }
-        if (avail < head + (size_t)length)
+        if (chunked ? length == 0 : avail < head + (size_t)length)
             break;
         pos += head + (size_t)length;
         if (c->count == c->unsent) {
@@ -328,6 +373,8 @@ static int conn_parse(struct conn *c, uint64_t now)
         c->count--;
         in_flight--;
         st.completed++;
+        if (now >= measure_from && now < measure_until)
+            st.window_completed++;
         if (status < 200 || status > 399)
             st.err_status++;
         else if (intended >= measure_from) {
@@ -429,7 +476,8 @@ static void usage(void)
             "  -w SECONDS  warm-up at the same rate before measuring (default 1)\n"
             "  -T SECONDS  how long to wait for outstanding answers at the end (default 2)\n"
             "  -H HEADER   extra request header, repeatable\n"
-            "  -s FILE     also write each measured request as \"INTENDED_NS LATENCY_NS LAG_NS\" (CLOCK_MONOTONIC)\n");
+            "  -s FILE     also write each measured request as \"INTENDED_NS LATENCY_NS LAG_NS\" (CLOCK_MONOTONIC)\n"
+            "  -m          mark the measured window on stderr: \"loadgen: window start|end NS\" (CLOCK_MONOTONIC)\n");
     exit(2);
 }
 
@@ -441,10 +489,10 @@ static void print_us(const char *name, uint64_t ns, int last)
 int main(int argc, char **argv)
 {
     const char *address = "127.0.0.1", *path = "/json", *samples_path = NULL;
-    int port = -1, connections = 256, opt;
+    int port = -1, connections = 256, opt, mark_window = 0;
     double rate = 0, duration = 5, warmup = 1, drain = 2;
     char headers[4096] = "";
-    while ((opt = getopt(argc, argv, "a:p:P:c:r:d:w:T:H:s:h")) != -1) {
+    while ((opt = getopt(argc, argv, "a:p:P:c:r:d:w:T:H:s:mh")) != -1) {
         switch (opt) {
         case 'a': address = optarg; break;
         case 'p': port = atoi(optarg); break;
@@ -461,6 +509,7 @@ int main(int argc, char **argv)
             strcat(headers, "\r\n");
             break;
         case 's': samples_path = optarg; break;
+        case 'm': mark_window = 1; break;
         default: usage();
         }
     }
@@ -530,10 +579,18 @@ int main(int argc, char **argv)
     const uint64_t t0 = now_ns();
     measure_from = t0 + (uint64_t)(warmup * 1e9);
     const uint64_t send_until = measure_from + (uint64_t)(duration * 1e9);
+    measure_until = send_until;
     const uint64_t drain_until = send_until + (uint64_t)(drain * 1e9);
     uint64_t next = 0;   // index of the next request in the whole run's schedule
+    int marked = 0;      // window edges written to stderr (-m): 0, 1 (start) or 2 (end)
     for (;;) {
         uint64_t now = now_ns();
+        if (mark_window && marked < 2 && now >= (marked == 0 ? measure_from : send_until)) {
+            fprintf(stderr, "loadgen: window %s %llu\n", marked == 0 ? "start" : "end", (unsigned long long)now);
+            fflush(stderr);
+            marked++;
+            continue;   // the end may be due in the same turn
+        }
         for (;;) {
             uint64_t due = t0 + (uint64_t)((double)next * interval);
             if (due > now || due >= send_until)
@@ -550,6 +607,10 @@ int main(int argc, char **argv)
             break;
         uint64_t due = t0 + (uint64_t)((double)next * interval);
         uint64_t wake = due < send_until ? due : drain_until;
+        if (mark_window && marked < 2) {   // wake for the next edge, not only for the next request
+            uint64_t edge = marked == 0 ? measure_from : send_until;
+            wake = edge < wake ? edge : wake;
+        }
         int n = wait_events(events, MAX_EVENTS, wake > now ? wake - now : 0);
         if (n < 0 && errno != EINTR)
             die("epoll_wait: %s", strerror(errno));
@@ -574,9 +635,11 @@ int main(int argc, char **argv)
     printf("{\"target_rate\": %.1f, \"connections\": %d, \"path\": \"%s\", \"warmup_s\": %.3f, "
            "\"duration_s\": %.3f, ",
            rate, connections, path, warmup, duration);
-    printf("\"sent\": %llu, \"completed\": %llu, \"recorded\": %llu, \"achieved_rate\": %.1f, ",
+    printf("\"sent\": %llu, \"completed\": %llu, \"recorded\": %llu, \"window_completed\": %llu, "
+           "\"achieved_rate\": %.1f, ",
            (unsigned long long)st.sent, (unsigned long long)st.completed,
-           (unsigned long long)st.recorded, (double)st.recorded / duration);
+           (unsigned long long)st.recorded, (unsigned long long)st.window_completed,
+           (double)st.recorded / duration);
     printf("\"errors\": {\"connect\": %llu, \"read\": %llu, \"write\": %llu, \"status\": %llu, "
            "\"parse\": %llu, \"closed\": %llu, \"lost\": %llu, \"incomplete\": %llu}, ",
            (unsigned long long)st.err_connect, (unsigned long long)st.err_read,

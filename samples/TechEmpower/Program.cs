@@ -9,6 +9,7 @@ using Microsoft.AspNetCore.Server.Kestrel.Transport.Sockets;
 using Microsoft.Extensions.Options;
 using TechEmpower;
 using TechEmpower.Platform;
+using TechEmpower.Scenarios;
 
 // TechEmpower plaintext and JSON (and the app scenarios of the hosting-model comparisons) on Kestrel,
 // over the Linux transport by default. Run with --help for the options.
@@ -151,6 +152,9 @@ if (options.Mode == SampleMode.Middleware)
     app.UseAuthentication();
     app.UseAuthorization();
     app.MapControllers();
+
+    // Not a TechEmpower test: a handler that blocks its thread, for compare.sh's blocking phase.
+    app.MapGet(BlockingEndpoint.Path, BlockingEndpoint.Handle);
 }
 else
 {
