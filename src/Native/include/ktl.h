@@ -20,7 +20,7 @@
 extern "C" {
 #endif
 
-#define KTL_ABI_VERSION 6
+#define KTL_ABI_VERSION 7
 
 #define KTL_EXPORT __attribute__((visibility("default")))
 
@@ -99,11 +99,19 @@ KTL_EXPORT int32_t ktl_batch(ktl_engine *engine, int32_t direction, int32_t use_
  * its result. No op ever outlives the call that submitted it, so the caller's buffers are
  * safe to release when it returns.
  *
- * Not thread-safe: everything but ktl_ring_create and ktl_ring_destroy must run on the
- * thread that called ktl_ring_start (the ring is IORING_SETUP_SINGLE_ISSUER where the
- * kernel has it).
+ * Not thread-safe: everything but ktl_ring_create and ktl_ring_destroy must run on one
+ * thread at a time, with a full barrier between two threads' turns; unless the ring was
+ * created KTL_RING_MOVABLE, on the thread that called ktl_ring_start only (the ring is
+ * IORING_SETUP_SINGLE_ISSUER where the kernel has it). A thread that armed polls or accepts
+ * (ktl_ring_poll, ktl_ring_accept) must not exit while they are wanted: once it has exited,
+ * their next event ends them with -ECANCELED.
  * ---------------------------------------------------------------------------------------
  */
+
+/* ktl_ring_create flags: the ring will be entered by several threads, one at a time (a loop
+ * that moves between threads): no SINGLE_ISSUER or DEFER_TASKRUN, whose ring only the thread
+ * that started it may enter (EEXIST for any other), and no fd registered with one thread. */
+#define KTL_RING_MOVABLE 1u
 
 /* Setup flags the ring ended up with (ktl_ring_info.setup), mirrored from io_uring.h. */
 #define KTL_RING_SINGLE_ISSUER (1u << 12)
@@ -158,17 +166,18 @@ KTL_EXPORT int32_t ktl_ring_supported(void);
 /*
  * Creates a ring of `entries` submission slots (a power of two, 1..32768) in the disabled
  * state, from any thread. Tries SINGLE_ISSUER|DEFER_TASKRUN (Linux 6.1), then
- * COOP_TASKRUN (5.19); a kernel without either is refused with EINVAL. On failure returns
+ * COOP_TASKRUN (5.19); with KTL_RING_MOVABLE in `flags`, COOP_TASKRUN only. A kernel without
+ * either is refused with EINVAL; unknown flags too. On failure returns
  * NULL and stores the positive errno of io_uring_setup (EPERM/ENOSYS: seccomp or
  * kernel.io_uring_disabled; ENOMEM: RLIMIT_MEMLOCK, which the ring's pages count against in a
  * process without CAP_IPC_LOCK: 34 pages for 1,024 entries, measured on Linux 6.18; EINVAL:
  * kernel too old), or ENOSYS when this build has no io_uring engine.
  */
-KTL_EXPORT ktl_ring *ktl_ring_create(int32_t entries, ktl_ring_info *info, int32_t *error);
+KTL_EXPORT ktl_ring *ktl_ring_create(int32_t entries, uint32_t flags, ktl_ring_info *info, int32_t *error);
 
 /*
- * On the thread that will own the ring: enables it, registers its fd with the thread
- * (where the kernel can), probes what the kernel can do with it (info->abilities; info may
+ * On the thread that will own the ring (the first to use it, for a movable one): enables
+ * it, registers its fd with the thread (where the kernel can; not for a movable ring), probes what the kernel can do with it (info->abilities; info may
  * be NULL) and arms the pending read of wake_fd (an eventfd). Returns 0 or -errno.
  */
 KTL_EXPORT int32_t ktl_ring_start(ktl_ring *ring, int32_t wake_fd, ktl_ring_info *info);

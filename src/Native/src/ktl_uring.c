@@ -159,13 +159,13 @@ int32_t ktl_ring_reap(ktl_ring *ring, ktl_cqe *out, int32_t capacity, ktl_op *op
     return copied;
 }
 
-KTL_EXPORT ktl_ring *ktl_ring_create(int32_t entries, ktl_ring_info *info, int32_t *error)
+KTL_EXPORT ktl_ring *ktl_ring_create(int32_t entries, uint32_t flags, ktl_ring_info *info, int32_t *error)
 {
     struct io_uring_params params;
-    int ret;
+    int ret = -EINVAL;
     ktl_ring *ring;
 
-    if (entries < 1 || entries > 32768 || (entries & (entries - 1)) != 0) {
+    if (entries < 1 || entries > 32768 || (entries & (entries - 1)) != 0 || (flags & ~KTL_RING_MOVABLE) != 0) {
         if (error != NULL)
             *error = EINVAL;
         return NULL;
@@ -179,11 +179,13 @@ KTL_EXPORT ktl_ring *ktl_ring_create(int32_t entries, ktl_ring_info *info, int32
     }
 
     /* Completions can outnumber submissions (a multishot poll posts many), hence the larger CQ. */
-    memset(&params, 0, sizeof(params));
-    params.flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_SUBMIT_ALL
-        | IORING_SETUP_CQSIZE | IORING_SETUP_R_DISABLED;
-    params.cq_entries = (unsigned)entries * 4;
-    ret = io_uring_queue_init_params((unsigned)entries, &ring->ring, &params);
+    if (!(flags & KTL_RING_MOVABLE)) {
+        memset(&params, 0, sizeof(params));
+        params.flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_SUBMIT_ALL
+            | IORING_SETUP_CQSIZE | IORING_SETUP_R_DISABLED;
+        params.cq_entries = (unsigned)entries * 4;
+        ret = io_uring_queue_init_params((unsigned)entries, &ring->ring, &params);
+    }
     if (ret == -EINVAL) {
         memset(&params, 0, sizeof(params));
         params.flags = IORING_SETUP_COOP_TASKRUN | IORING_SETUP_SUBMIT_ALL | IORING_SETUP_CQSIZE
@@ -211,6 +213,7 @@ KTL_EXPORT ktl_ring *ktl_ring_create(int32_t entries, ktl_ring_info *info, int32
     }
 
     ring->wake_fd = -1;
+    ring->movable = (flags & KTL_RING_MOVABLE) != 0;
     if (info != NULL) {
         info->setup = params.flags & ~IORING_SETUP_R_DISABLED;
         info->features = params.features;
@@ -277,9 +280,10 @@ KTL_EXPORT int32_t ktl_ring_start(ktl_ring *ring, int32_t wake_fd, ktl_ring_info
     if (ret < 0)
         return ret;
 
-    /* Saves the fd lookup on every io_uring_enter (Linux 5.18); per thread, so done here. */
+    /* Saves the fd lookup on every io_uring_enter (Linux 5.18); per thread, so done here, and
+     * not for a ring other threads will enter. */
     ring->owner = (pid_t)syscall(SYS_gettid);
-    ring->fd_registered = io_uring_register_ring_fd(&ring->ring) == 1;
+    ring->fd_registered = !ring->movable && io_uring_register_ring_fd(&ring->ring) == 1;
 
     ring->abilities = probe_abilities(ring);
     if (info != NULL)
@@ -346,18 +350,19 @@ KTL_EXPORT void ktl_ring_destroy(ktl_ring *ring)
     if (ring == NULL)
         return;
     int on_owner = ring->owner != 0 && ring->owner == (pid_t)syscall(SYS_gettid);
+    int may_enter = on_owner || ring->movable;
 
     /* Sockets accepted into completions nobody will read are closed, not leaked: those kept,
      * those in the CQ ring, and those the kernel holds in its overflow list while the ring is
-     * full, which io_uring_get_events moves into the ring. Only the owner can: a DEFER_TASKRUN
-     * ring refuses any other thread's io_uring_enter. */
+     * full, which io_uring_get_events moves into the ring. Only the owner can (a DEFER_TASKRUN
+     * ring refuses any other thread's io_uring_enter), or any thread for a movable ring. */
     for (int32_t i = 0; i < ring->pending_count; i++) {
         const ktl_cqe *kept = &ring->pending[ring->pending_head + i];
         struct io_uring_cqe cqe = { .user_data = kept->user_data, .res = kept->res };
         ktl_ring_discard(&cqe);
     }
     discard_all(ring);
-    for (int round = 0; on_owner && round < 64 && io_uring_cq_has_overflow(&ring->ring); round++) {
+    for (int round = 0; may_enter && round < 64 && io_uring_cq_has_overflow(&ring->ring); round++) {
         if (io_uring_get_events(&ring->ring) < 0)
             break;
         discard_all(ring);

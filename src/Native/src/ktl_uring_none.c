@@ -13,9 +13,10 @@ KTL_EXPORT int32_t ktl_ring_supported(void)
     return 0;
 }
 
-KTL_EXPORT ktl_ring *ktl_ring_create(int32_t entries, ktl_ring_info *info, int32_t *error)
+KTL_EXPORT ktl_ring *ktl_ring_create(int32_t entries, uint32_t flags, ktl_ring_info *info, int32_t *error)
 {
     (void)entries;
+    (void)flags;
     (void)info;
     if (error != NULL)
         *error = ENOSYS;

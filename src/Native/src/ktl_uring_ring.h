@@ -56,6 +56,7 @@ struct ktl_ring {
     int32_t lost;         /* positive errno once a caller completion was lost: every wait then fails */
     pid_t owner;          /* the thread that started the ring */
     int32_t fd_registered; /* the ring's fd is registered with the owner (io_uring_register_ring_fd) */
+    int32_t movable;      /* KTL_RING_MOVABLE: several threads enter it, one at a time */
     uint64_t wake_value;  /* the eventfd read's buffer: the kernel writes it */
     uint32_t abilities;   /* KTL_RING_* ability bits, probed by ktl_ring_start */
 

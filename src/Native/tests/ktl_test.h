@@ -54,6 +54,7 @@ ktl_ring *test_ring_create(int32_t entries, int *wake_fd);
  * feature then skips its checks instead of failing them. */
 int test_allowed(const char *variable);
 extern uint32_t test_ring_abilities; /* ktl_ring_info.abilities of the last ring test_ring_create started */
+extern uint32_t test_ring_setup;     /* ktl_ring_info.setup of that ring */
 
 /* One batch through the mode's path: ktl_batch, or ktl_ring_batch for use_ring modes. */
 int32_t test_batch(ktl_engine *engine, const io_mode *mode, int32_t direction, ktl_op *ops, int32_t count);

@@ -23,7 +23,7 @@ _Static_assert(offsetof(ktl_op, tag) == 28, "tag offset");
 static void test_version_and_layout(void)
 {
     CHECK_EQ(ktl_abi_version(), KTL_ABI_VERSION);
-    CHECK_EQ(KTL_ABI_VERSION, 6);
+    CHECK_EQ(KTL_ABI_VERSION, 7);
     CHECK_EQ(sizeof(ktl_cqe), 16);
     CHECK_EQ(offsetof(ktl_cqe, res), 8);
     CHECK_EQ(offsetof(ktl_cqe, flags), 12);

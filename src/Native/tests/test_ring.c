@@ -37,9 +37,11 @@ static int32_t wait_events(ktl_ring *ring, ktl_cqe *out, int32_t capacity, int t
 static void test_create_arguments(void)
 {
     int32_t err = 0;
-    CHECK(ktl_ring_create(0, NULL, &err) == NULL);
+    CHECK(ktl_ring_create(0, 0, NULL, &err) == NULL);
     CHECK_EQ(err, EINVAL);
-    CHECK(ktl_ring_create(100, NULL, &err) == NULL); /* not a power of two */
+    CHECK(ktl_ring_create(100, 0, NULL, &err) == NULL); /* not a power of two */
+    CHECK_EQ(err, EINVAL);
+    CHECK(ktl_ring_create(8, 2, NULL, &err) == NULL);    /* an unknown flag */
     CHECK_EQ(err, EINVAL);
     CHECK_EQ(ktl_ring_poll(NULL, 0, POLLIN, 1), -EINVAL);
     CHECK_EQ(ktl_ring_wait(NULL, 0, NULL, 0), -EINVAL);
@@ -55,7 +57,7 @@ static void test_create_arguments(void)
 static void test_nonblocking_wake_fd_refused(void)
 {
     int32_t err = 0;
-    ktl_ring *ring = ktl_ring_create(8, NULL, &err);
+    ktl_ring *ring = ktl_ring_create(8, 0, NULL, &err);
     int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     CHECK(ring != NULL && fd >= 0);
     CHECK_EQ(ktl_ring_start(ring, fd, NULL), -EINVAL);
@@ -307,6 +309,107 @@ static void test_more_events_than_capacity(ktl_ring *ring)
     }
 }
 
+/*
+ * A ring that moves between threads (KTL_RING_MOVABLE, Adaptive scheduling): thread A starts it
+ * and arms a poll, then sleeps in the kernel as a blocked continuation would; the main thread,
+ * which now holds the loop, gets the poll's completions at once and submits to the ring itself.
+ * Once A has exited, the next event of A's poll ends it (-ECANCELED): why a thread that held a ring's loop never
+ * retires while the ring lives. A ring set up for one thread refuses another's submission
+ * (EEXIST, or EINVAL where its fd is registered with its owner).
+ */
+struct movable_arm {
+    ktl_ring *ring;
+    int wake_fd;
+    int fd;
+    int sleep_ms;
+};
+
+static void *movable_arm_then_sleep(void *arg)
+{
+    struct movable_arm *a = arg;
+    CHECK_EQ(ktl_ring_start(a->ring, a->wake_fd, NULL), 0);
+    ktl_cqe ev[4];
+    CHECK_EQ(ktl_ring_poll(a->ring, a->fd, POLLIN | POLLRDHUP | EPOLLET, 77), 0);
+    CHECK_EQ(ktl_ring_wait(a->ring, 0, ev, 4), 0); /* submits the poll on this thread */
+    usleep((useconds_t)a->sleep_ms * 1000);
+    return NULL;
+}
+
+static void test_movable_ring_serves_another_thread(void)
+{
+    int32_t err = 0;
+    int fds[2];
+    ktl_cqe ev[8];
+    ktl_ring_info info;
+    pthread_t armer;
+    ktl_ring *ring = ktl_ring_create(8, KTL_RING_MOVABLE, &info, &err);
+    CHECK(ring != NULL);
+    CHECK_EQ(info.setup & (KTL_RING_SINGLE_ISSUER | KTL_RING_DEFER_TASKRUN), 0);
+    CHECK((info.setup & KTL_RING_COOP_TASKRUN) != 0);
+
+    int wake_fd = eventfd(0, EFD_CLOEXEC);
+    CHECK(wake_fd >= 0);
+    tcp_pair(fds);
+    struct movable_arm arm = { ring, wake_fd, fds[0], 1500 };
+    CHECK_EQ(pthread_create(&armer, NULL, movable_arm_then_sleep, &arm), 0);
+    usleep(200 * 1000); /* the poll is armed; its thread sleeps */
+
+    long started = now_ms();
+    write_all(fds[1], "a", 1);
+    CHECK_EQ(wait_events(ring, ev, 8, 1000), 1);
+    CHECK_EQ(ev[0].user_data, 77);
+    CHECK((ev[0].res & POLLIN) != 0);
+    CHECK(now_ms() - started < 1000); /* not held until the arming thread wakes (1.5 s) */
+
+    /* This thread submits too: a second poll, on the other end. */
+    CHECK_EQ(ktl_ring_poll(ring, fds[1], POLLIN | EPOLLET, 78), 0);
+    write_all(fds[0], "b", 1);
+    CHECK_EQ(wait_events(ring, ev, 8, 2000), 1);
+    CHECK_EQ(ev[0].user_data, 78);
+
+    /* The arming thread exits: the next event of its poll ends it (the completion work queued to
+     * an exited thread fails), while this thread's poll goes on. */
+    CHECK_EQ(pthread_join(armer, NULL), 0);
+    write_all(fds[1], "d", 1);
+    CHECK_EQ(wait_events(ring, ev, 8, 2000), 1);
+    CHECK_EQ(ev[0].user_data, 77);
+    CHECK_EQ(ev[0].res, -ECANCELED);
+    CHECK((ev[0].flags & KTL_CQE_MORE) == 0);
+    write_all(fds[0], "c", 1);
+    CHECK_EQ(wait_events(ring, ev, 8, 2000), 1);
+    CHECK_EQ(ev[0].user_data, 78);
+
+    ktl_ring_destroy(ring);
+    close(fds[0]);
+    close(fds[1]);
+    close(wake_fd);
+}
+
+static void *poll_on_ring(void *arg)
+{
+    struct movable_arm *a = arg;
+    ktl_cqe ev[4];
+    CHECK_EQ(ktl_ring_poll(a->ring, a->fd, POLLIN, 79), 0);
+    a->sleep_ms = ktl_ring_wait(a->ring, 0, ev, 4); /* the submission's outcome */
+    return NULL;
+}
+
+static void test_single_issuer_ring_refuses_another_thread(ktl_ring *ring)
+{
+    int fds[2];
+    pthread_t other;
+    tcp_pair(fds);
+    struct movable_arm arm = { ring, -1, fds[0], 0 };
+    CHECK_EQ(pthread_create(&other, NULL, poll_on_ring, &arm), 0);
+    CHECK_EQ(pthread_join(other, NULL), 0);
+    /* EEXIST from SINGLE_ISSUER, or EINVAL first: the ring's fd is registered with its owner only. */
+    if ((test_ring_setup & KTL_RING_SINGLE_ISSUER) != 0)
+        CHECK(arm.sleep_ms == -EEXIST || arm.sleep_ms == -EINVAL);
+    ktl_ring_remove(ring, 79, 1);
+    close(fds[0]);
+    close(fds[1]);
+}
+
 void run_ring_tests(void)
 {
     int wake_fd = -1;
@@ -325,6 +428,8 @@ void run_ring_tests(void)
     test_wake_consumed_by_removal_ends_next_wait(ring, wake_fd);
     test_poll_during_batch_kept(ring);
     test_more_events_than_capacity(ring);
+    test_single_issuer_ring_refuses_another_thread(ring);
+    test_movable_ring_serves_another_thread();
     ktl_ring_destroy(ring);
     close(wake_fd);
     printf("ring: ok\n");

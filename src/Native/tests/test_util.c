@@ -202,12 +202,13 @@ int check_pattern(const uint8_t *buf, size_t len, unsigned seed, size_t start)
 }
 
 uint32_t test_ring_abilities;
+uint32_t test_ring_setup;
 
 ktl_ring *test_ring_create(int32_t entries, int *wake_fd)
 {
     ktl_ring_info info;
     int32_t err = -1;
-    ktl_ring *ring = ktl_ring_create(entries, &info, &err);
+    ktl_ring *ring = ktl_ring_create(entries, 0, &info, &err);
 
     if (ring == NULL) {
         fprintf(stderr, "io_uring unavailable: %s (errno %d)%s\n", strerror(err), err,
@@ -228,6 +229,7 @@ ktl_ring *test_ring_create(int32_t entries, int *wake_fd)
     CHECK(*wake_fd >= 0);
     CHECK_EQ(ktl_ring_start(ring, *wake_fd, &info), 0);
     test_ring_abilities = info.abilities;
+    test_ring_setup = info.setup;
     return ring;
 }
 

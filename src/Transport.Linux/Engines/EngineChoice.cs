@@ -69,7 +69,10 @@ internal static class EngineChoice
     {
         if (backend == IoBackend.IoUring)
         {
-            var ring = UringEngine.TryCreate(out _, out string? reason);
+            // With Adaptive scheduling the loop moves to another thread when a continuation blocks it, so its ring
+            // must serve several threads in turn (UringEngine.CanChangeThreads).
+            bool movable = options.ApplicationSchedulingMode == ApplicationSchedulingMode.Adaptive;
+            var ring = UringEngine.TryCreate(out _, out string? reason, movable);
             if (ring is not null)
             {
                 return ring;

@@ -55,8 +55,11 @@ internal sealed unsafe class UringEngine : IoEngine
     private uint _lastZeroCopySend;
     private bool _disposed;
 
-    private UringEngine(nint ring, RingInfo info, OwnedFd wake)
+    private readonly bool _movable;
+
+    private UringEngine(nint ring, RingInfo info, OwnedFd wake, bool movable)
     {
+        _movable = movable;
         _ring = ring;
         _wake = wake;
         Info = info;
@@ -78,20 +81,21 @@ internal sealed unsafe class UringEngine : IoEngine
     public override bool AcceptsInKernel => true;
 
     /// <summary>
-    /// A ring does not follow a loop to another thread: with SINGLE_ISSUER (which DEFER_TASKRUN needs) only the
-    /// thread that enabled it may submit (EEXIST for any other), and without it a thread that armed polls and accepts
-    /// cancels them all when it exits (ECANCELED), so no thread that ever held the loop could retire
-    /// (docs/architecture.md, "Adaptive scheduling and io_uring").
+    /// True for a ring created movable (Adaptive scheduling): set up without SINGLE_ISSUER|DEFER_TASKRUN, with whose ring
+    /// only the thread that enabled it may submit (EEXIST for any other), and with no fd registered with one thread. The
+    /// completions of polls and accepts armed by a thread that has let go of the loop still reach the next holder;
+    /// but when such a thread exits the kernel cancels them, so <see cref="Loop.LoopThreads"/> never retires a
+    /// thread of a group with movable rings (docs/architecture.md, "Adaptive scheduling and io_uring").
     /// </summary>
-    public override bool CanChangeThreads => false;
+    public override bool CanChangeThreads => _movable;
 
     public override bool SendsZeroCopyAsOps => (Info.Abilities & NativeEngine.RingSendsZeroCopy) != 0;
 
     /// <summary>
     /// Creates a ring (disabled until <see cref="Start"/> runs on the loop thread), or returns null with the positive
-    /// errno of the failure and a description of the likely cause.
+    /// errno of the failure and a description of the likely cause. <paramref name="movable"/>: see <see cref="CanChangeThreads"/>.
     /// </summary>
-    public static UringEngine? TryCreate(out int error, out string? reason)
+    public static UringEngine? TryCreate(out int error, out string? reason, bool movable = false)
     {
         reason = null;
         error = 0;
@@ -111,7 +115,7 @@ internal sealed unsafe class UringEngine : IoEngine
 
         RingInfo info;
         int ringError;
-        nint ring = NativeEngine.ktl_ring_create(RingEntries, &info, &ringError);
+        nint ring = NativeEngine.ktl_ring_create(RingEntries, movable ? NativeEngine.RingMovable : 0, &info, &ringError);
         if (ring == 0)
         {
             error = ringError;
@@ -129,7 +133,7 @@ internal sealed unsafe class UringEngine : IoEngine
             return null;
         }
 
-        return new UringEngine(ring, info, OwnedFd.Take(wake, "eventfd"));
+        return new UringEngine(ring, info, OwnedFd.Take(wake, "eventfd"), movable);
     }
 
     /// <summary>The IORING_SETUP_* flags that matter here, as a log names them.</summary>

@@ -46,6 +46,11 @@ internal sealed class EventLoopGroup
             throw;
         }
 
+        if (_loops.Any(static l => l.RunsContinuations && l.Engine.Backend == IoBackend.IoUring))
+        {
+            _monitor!.Threads.KeepEveryThread();
+        }
+
         foreach (var loop in _loops)
         {
             loop.Start();

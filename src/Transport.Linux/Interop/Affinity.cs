@@ -62,6 +62,40 @@ internal static unsafe partial class Affinity
         return close >= 0 && close + 2 < text.Length && text[close + 2] is (byte)'S' or (byte)'D';
     }
 
+    /// <summary>
+    /// The CPU time, in nanoseconds, the thread whose /proc/self/task/TID/schedstat is <paramref name="schedstatPath"/>
+    /// has run (its first field, proc(5)); -1 when it cannot be read.
+    /// </summary>
+    public static long ThreadRuntimeNanoseconds(string schedstatPath)
+    {
+        using var file = OwnedFd.TryTake(SysResult.Of(open(schedstatPath, LibC.O_CLOEXEC)));
+        if (file is null)
+        {
+            return -1;
+        }
+
+        byte* buffer = stackalloc byte[128];
+        var length = LibC.Read(file.Value, buffer, 128);
+        if (length.IsError || length.Value == 0)
+        {
+            return -1;
+        }
+
+        long value = 0;
+        var text = new ReadOnlySpan<byte>(buffer, (int)length.Value);
+        foreach (byte b in text)
+        {
+            if (b is < (byte)'0' or > (byte)'9')
+            {
+                break;
+            }
+
+            value = (value * 10) + (b - '0');
+        }
+
+        return value;
+    }
+
     /// <summary>The CPUs the calling thread may run on, in ascending order; empty, with the error in <paramref name="result"/>, on failure.</summary>
     public static List<int> AllowedCpus(out SysResult result)
     {

@@ -51,7 +51,7 @@ internal struct RingCompletion
 internal static unsafe partial class NativeEngine
 {
     public const string LibraryName = "ktl_native";
-    public const int AbiVersion = 6;
+    public const int AbiVersion = 7;
     public const int Receive = 0;
     public const int Send = 1;
 
@@ -91,7 +91,10 @@ internal static unsafe partial class NativeEngine
     public static partial int ktl_ring_supported();
 
     [LibraryImport(LibraryName, EntryPoint = "ktl_ring_create")]
-    public static partial nint ktl_ring_create(int entries, RingInfo* info, int* error);
+    public static partial nint ktl_ring_create(int entries, uint flags, RingInfo* info, int* error);
+
+    /// <summary>ktl_ring_create: the ring will be entered by several threads, one at a time (KTL_RING_MOVABLE).</summary>
+    public const uint RingMovable = 1;
 
     [LibraryImport(LibraryName, EntryPoint = "ktl_ring_start")]
     public static partial int ktl_ring_start(nint ring, int wakeFd, RingInfo* info);

@@ -8,11 +8,11 @@ namespace Kestrel.Transport.Linux.Loop;
 /// With Adaptive scheduling, one thread per loop group that looks at each loop every
 /// <see cref="Hosting.TransportTuning.AdaptiveIntervalMilliseconds"/>: a loop whose thread has been inside one
 /// application continuation longer than <see cref="Hosting.TransportTuning.AdaptiveThresholdMicroseconds"/> and
-/// is asleep in the kernel (a blocking call), or longer than
-/// <see cref="Hosting.TransportTuning.AdaptiveRunningThresholdMicroseconds"/> whatever it does (a long
-/// computation), is taken from that thread and handed to another (<see cref="LoopThreads"/>), so the loop's
-/// other connections go on. A thread that is merely running or preempted (the JIT compiling a first request,
-/// a busy CPU) keeps its loop for the longer time: moving the loop would cost a thread switch and gain nothing. The idea is Go's: a goroutine that blocks in a system call has
+/// is asleep in the kernel (a blocking call), or that has computed for
+/// <see cref="Hosting.TransportTuning.AdaptiveRunningThresholdMicroseconds"/> of its own CPU time, is taken from
+/// that thread and handed to another (<see cref="LoopThreads"/>), so the loop's other connections go on. A thread
+/// that is only waiting for a CPU (preempted on a busy machine) keeps its loop: another thread would wait for
+/// the same CPU. The idea is Go's: a goroutine that blocks in a system call has
 /// its processor handed to another thread by the scheduler's monitor.
 /// </summary>
 /// <remarks>
@@ -28,7 +28,7 @@ internal sealed class LoopMonitor : IDisposable
 
     private readonly List<EventLoop> _loops = [];
     private readonly long _thresholdTicks;
-    private readonly long _runningThresholdTicks;
+    private readonly long _runningThresholdNanoseconds;
     private readonly long _lateTicks;
     private long _lastLook;
     private bool _lastWasLate;
@@ -38,6 +38,8 @@ internal sealed class LoopMonitor : IDisposable
     private readonly Thread _thread;
     private long[] _seen = [];
     private long[] _blockedAt = [];
+    private long[] _cpuFor = [];
+    private long[] _cpuAt = [];
     private TimeSpan _lastPauses;
     private int _parked;
     private volatile bool _stopping;
@@ -47,7 +49,7 @@ internal sealed class LoopMonitor : IDisposable
     {
         _logger = logger;
         _thresholdTicks = options.Tuning.AdaptiveThresholdMicroseconds * Stopwatch.Frequency / 1_000_000;
-        _runningThresholdTicks = options.Tuning.AdaptiveRunningThresholdMicroseconds * Stopwatch.Frequency / 1_000_000;
+        _runningThresholdNanoseconds = options.Tuning.AdaptiveRunningThresholdMicroseconds * 1000L;
         _interval = options.Tuning.AdaptiveIntervalMilliseconds;
         _lateTicks = (2 * _interval * Stopwatch.Frequency / 1000) + _thresholdTicks;
         Threads = new LoopThreads(options.ThreadCount, options.Tuning.MaxLoopThreads(options.ThreadCount), TimeSpan.FromMilliseconds(options.Tuning.StandbyRetireMilliseconds));
@@ -64,6 +66,8 @@ internal sealed class LoopMonitor : IDisposable
     {
         _seen = new long[_loops.Count];
         _blockedAt = new long[_loops.Count];
+        _cpuFor = new long[_loops.Count];
+        _cpuAt = new long[_loops.Count];
         _thread.Start();
     }
 
@@ -128,10 +132,27 @@ internal sealed class LoopMonitor : IDisposable
             active |= started > 0 || continuations != _seen[i];
             _seen[i] = continuations;
             // Asleep in the kernel at two looks in a row, not only at one: a thread caught waking up (from a lock
-            // held for a moment, say) is not blocked.
+            // held for a moment, say) is not blocked. Or computing: the thread's own CPU time (schedstat) since the
+            // monitor first saw this continuation, not the time since it began, which counts the time others had
+            // the CPU (on a busy CPU, pool threads running connections that were moved off the loop would otherwise
+            // make the loop's quick continuations look long, and move it again).
             long running = now - started;
-            bool blocked = started > 0 && running >= _thresholdTicks / 2 && runner.IsBlockedInKernel;
-            if (!late && started > 0 && running >= _thresholdTicks && (running >= _runningThresholdTicks || (blocked && _blockedAt[i] == started)))
+            bool watch = started > 0 && running >= _thresholdTicks / 2;
+            bool blocked = watch && runner.IsBlockedInKernel;
+            bool computing = false;
+            if (watch && !blocked)
+            {
+                long cpu = runner.CpuNanoseconds;
+                if (_cpuFor[i] != started)
+                {
+                    _cpuFor[i] = started;
+                    _cpuAt[i] = cpu;
+                }
+
+                computing = cpu >= 0 && cpu - _cpuAt[i] >= _runningThresholdNanoseconds;
+            }
+
+            if (!late && running >= _thresholdTicks && (computing || (blocked && _blockedAt[i] == started)))
             {
                 Take(loop, runner, started);
             }

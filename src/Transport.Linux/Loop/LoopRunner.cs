@@ -35,7 +35,11 @@ internal sealed class LoopRunner(EventLoop loop)
     /// <summary>True when the holder is asleep in the kernel (a blocking call), not running or preempted (/proc; monitor only).</summary>
     public bool IsBlockedInKernel => Affinity.IsThreadBlocked(_statPath ??= $"/proc/self/task/{ThreadId}/stat");
 
+    /// <summary>The CPU time the holder's thread has run, in nanoseconds (/proc; monitor only; -1 when unreadable).</summary>
+    public long CpuNanoseconds => Affinity.ThreadRuntimeNanoseconds(_schedstatPath ??= $"/proc/self/task/{ThreadId}/schedstat");
+
     private string? _statPath;
+    private string? _schedstatPath;
 
     /// <summary>The connection whose continuation runs now, or ran last (the monitor names it when it takes the loop).</summary>
     public LinuxConnection? Connection { get; private set; }

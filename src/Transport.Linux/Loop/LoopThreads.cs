@@ -4,7 +4,8 @@ namespace Kestrel.Transport.Linux.Loop;
 /// The threads that may hold a group's loops (Adaptive scheduling): each loop's first thread, and standbys that
 /// take over a loop the monitor took from its holder (<see cref="TryHandOver"/>). A thread the loop was taken
 /// from finishes its continuation and then waits as a standby, or exits if enough are waiting already. A standby
-/// that waits longer than the retire time exits. Threads are created on demand, and never more than a cap.
+/// that waits longer than the retire time exits (unless <see cref="KeepEveryThread"/>). Threads are created on
+/// demand, and never more than a cap.
 /// </summary>
 internal sealed class LoopThreads(int loops, int maxThreads, TimeSpan retireAfter)
 {
@@ -12,6 +13,7 @@ internal sealed class LoopThreads(int loops, int maxThreads, TimeSpan retireAfte
     private readonly List<Standby> _waiting = [];
     private int _threads;
     private bool _stopping;
+    private bool _keepEveryThread;
 
     /// <summary>Threads alive in this set: holding a loop, finishing a continuation the loop was taken from, or waiting (tests).</summary>
     public int Count
@@ -51,6 +53,12 @@ internal sealed class LoopThreads(int loops, int maxThreads, TimeSpan retireAfte
 
         threads?.Left();
     }
+
+    /// <summary>
+    /// Before the loops start: no thread of this set exits before <see cref="Stop"/>. For movable io_uring rings, whose
+    /// polls and accepts the kernel cancels when the thread that armed them exits (<see cref="Engines.UringEngine.CanChangeThreads"/>).
+    /// </summary>
+    public void KeepEveryThread() => _keepEveryThread = true;
 
     /// <summary>A loop's first thread is about to start (counted before it runs, so the cap holds).</summary>
     public void Joining()
@@ -129,7 +137,7 @@ internal sealed class LoopThreads(int loops, int maxThreads, TimeSpan retireAfte
         var standby = new Standby();
         lock (_gate)
         {
-            if (_stopping || _waiting.Count >= loops)
+            if (_stopping || (_waiting.Count >= loops && !_keepEveryThread))
             {
                 return null;
             }
@@ -137,7 +145,7 @@ internal sealed class LoopThreads(int loops, int maxThreads, TimeSpan retireAfte
             _waiting.Add(standby);
         }
 
-        while (!standby.Wait(retireAfter))
+        while (!standby.Wait(_keepEveryThread ? Timeout.InfiniteTimeSpan : retireAfter))
         {
             lock (_gate)
             {

@@ -69,8 +69,8 @@ public enum TransportKind
     LinuxAdaptive,
 
     /// <summary>
-    /// Adaptive scheduling on the io_uring engine, whose ring cannot change threads: its connections schedule as
-    /// with ThreadPool (host tests only).
+    /// Adaptive scheduling on the io_uring engine: a movable ring (no SINGLE_ISSUER/DEFER_TASKRUN), so that the loop can
+    /// move to another thread with it (host tests only).
     /// </summary>
     LinuxIoUringAdaptive,
 }
@@ -143,7 +143,7 @@ public static class Transports
     public static bool IsAdaptive(this TransportKind kind) => kind is TransportKind.LinuxAdaptive or TransportKind.LinuxIoUringAdaptive;
 
     /// <summary>True for the kinds whose loops run application continuations while they are quick, and move when one blocks.</summary>
-    public static bool RunsContinuationsOnLoop(this TransportKind kind) => kind == TransportKind.LinuxAdaptive;
+    public static bool RunsContinuationsOnLoop(this TransportKind kind) => kind.IsAdaptive();
 
     /// <summary>True for the kinds with zero-copy sends on (from 1 KiB, kept on over loopback).</summary>
     public static bool SendsZeroCopy(this TransportKind kind) => kind is TransportKind.LinuxZeroCopy or TransportKind.LinuxIoUringZeroCopy;
