@@ -141,6 +141,10 @@ for pair in "${native_pairs[@]}"; do
     # Read whole before grep: grep -q stops early, and readelf's SIGPIPE would fail the pipeline (pipefail).
     symbols="$(readelf -sW "$asset")" || fail "readelf cannot read the symbols of $entry."
     grep -qw io_uring_queue_init_params <<< "$symbols" || fail "$entry has no io_uring engine (liburing is not linked in)."
+    # liburing is linked in, not exported: an app's own liburing must not resolve to the copy inside.
+    exported="$(readelf --dyn-syms -W "$asset")" || fail "readelf cannot read the dynamic symbols of $entry."
+    ! grep -E '\bGLOBAL\b.*\bio_uring_[a-z_]+$' <<< "$exported" > /dev/null \
+        || fail "$entry exports liburing's symbols ($(grep -oE 'io_uring_[a-z_]+$' <<< "$exported" | head -n 3 | tr '\n' ' ')...)."
     log "$entry is $machine, with its io_uring engine"
 done
 

@@ -264,8 +264,8 @@ internal sealed class LinuxConnection : ConnectionContext,
     /// for its options only (keep-alive, TCP_INFO, peer credentials). The loop owns every read and write, so a read or a
     /// write through it would take bytes from, or put them between, Kestrel's; and Shutdown would end the connection
     /// behind the transport's back. Its handle does not own the fd (ownsHandle false): disposing it never closes the
-    /// connection. It is made under the send lock, which the loop holds to close the fd, so it never wraps a number the
-    /// kernel has handed to another socket, and it is disposed once the connection closes (ConnectionClosed), after which
+    /// connection. It is made, and disposed (<see cref="DisposeSocketForOptions"/>), under the send lock, which the loop
+    /// holds to close the fd: it never wraps a number the kernel may have handed to another socket, and from the close on
     /// it throws ObjectDisposedException, as the Sockets transport's does.
     /// </summary>
     System.Net.Sockets.Socket IConnectionSocketFeature.Socket
@@ -277,23 +277,19 @@ internal sealed class LinuxConnection : ConnectionContext,
                 return existing;
             }
 
-            System.Net.Sockets.Socket created;
             lock (Send.Lock)
             {
                 ObjectDisposedException.ThrowIf(Socket.IsClosed, typeof(System.Net.Sockets.Socket));
-                created = new System.Net.Sockets.Socket(new System.Net.Sockets.SafeSocketHandle(Socket.Value, ownsHandle: false));
+                return _socketForOptions ??= new System.Net.Sockets.Socket(new System.Net.Sockets.SafeSocketHandle(Socket.Value, ownsHandle: false));
             }
-
-            if (Interlocked.CompareExchange(ref _socketForOptions, created, null) is { } raced)
-            {
-                created.Dispose();
-                return raced;
-            }
-
-            ConnectionClosed.UnsafeRegister(static s => ((System.Net.Sockets.Socket)s!).Dispose(), created);
-            return created;
         }
     }
+
+    /// <summary>
+    /// Loop, under the send lock, right before the fd is closed: disposes the IConnectionSocketFeature socket, if one was
+    /// made. With a handle that does not own the fd, that only marks the handle closed: no system call, no wait.
+    /// </summary>
+    internal void DisposeSocketForOptions() => _socketForOptions?.Dispose();
 
     private sealed class DuplexPipe(PipeReader input, PipeWriter output) : IDuplexPipe
     {

@@ -386,6 +386,7 @@ internal sealed class EventLoop : PipeScheduler
     {
         lock (connection.Send.Lock)
         {
+            connection.DisposeSocketForOptions();
             Engine.Close(connection.Socket, connection);
         }
 
