@@ -26,7 +26,7 @@ namespace Kestrel.Transport.Linux.Loop;
 /// on an engine that may change threads (<see cref="IoEngine.CanChangeThreads"/>), the <see cref="LoopMonitor"/>
 /// may take the loop from a holder whose application continuation has run too long, and hand it to another
 /// thread (<see cref="LoopThreads"/>), which goes on with the next pass. That can happen only while the holder
-/// runs one of those continuations (<see cref="RunContinuations"/>), never in the middle of the loop's own code;
+/// runs one of those continuations (<see cref="LoopContinuations.Run"/>), never in the middle of the loop's own code;
 /// once the continuation returns, the old holder leaves without touching the loop again.</para>
 /// <para>Other threads reach the loop only through <see cref="Schedule"/>/<see cref="Post"/>, the wake-up
 /// protocol (<see cref="LoopWakeup"/>) and the send lock (<see cref="SendSide.Lock"/>).</para>
@@ -35,15 +35,6 @@ internal sealed class EventLoop : PipeScheduler
 {
     /// <summary>While a dispatch batch is queued or running the loop waits at most this long (see <see cref="ComputeTimeout"/>).</summary>
     private const int DispatchPollMs = 1;
-
-    /// <summary>A loop taken this many times within one second (Adaptive) starts its new connections on the pool.</summary>
-    private const int TakesBeforeNewConnectionsStartOnPool = 8;
-
-    /// <summary>How long new connections start on the pool after takes came that often (10 s).</summary>
-    private static readonly long s_poolStartSpell = Stopwatch.Frequency * 10;
-
-    /// <summary>At most one "blocked the loop" warning per loop per this long (10 s); the ones in between are counted in the next.</summary>
-    private static readonly long s_blockedLogInterval = Stopwatch.Frequency * 10;
 
     /// <summary>A pass that takes longer than this (50 ms) is counted and logged as a long one: something held the loop's thread.</summary>
     private static readonly long s_longPass = Stopwatch.Frequency / 20;
@@ -55,8 +46,6 @@ internal sealed class EventLoop : PipeScheduler
     internal const int ZeroCopyStopWaitMs = 2000;
 
     private readonly ThreadPoolDispatchQueue? _dispatchQueue;
-    private readonly LoopMonitor? _monitor;
-    private readonly ConcurrentQueue<Continuation> _continuations = new();
     private readonly LoopWakeup _wakeup;
     private readonly Acceptor _acceptor;
     private readonly Thread _thread;
@@ -83,18 +72,10 @@ internal sealed class EventLoop : PipeScheduler
     private LoopRunner? _runner;
     private Thread? _finalThread;
 
-    // Adaptive scheduling, written by the monitor: takes in the current one-second window, and until when new
-    // connections start on the pool because takes came that often (0: they start on the loop).
-    private long _takeWindowStart;
-    private int _takesInWindow;
-    private long _newConnectionsOnPoolUntil;
-    private long _lastBlockedLog;
-    private int _blockedLogsSkipped;
-
-    // When the current pass began (0 while the loop waits), for the long-pass count and the meter's gauge.
+    // When the current pass began (0 while the loop waits), for the long-pass count and the meter's gauge; at most
+    // one long-pass warning per 10 s.
     private long _passStarted;
-    private long _lastLongPassLog;
-    private int _longPassLogsSkipped;
+    private readonly RateLimitedLog _longPassLog = new(TimeSpan.FromSeconds(10));
 
     // Totals read by the meter's observable instruments (the bytes of the pass batches are theirs).
     private long _passCount;
@@ -123,7 +104,7 @@ internal sealed class EventLoop : PipeScheduler
         // connections schedule as ThreadPool does.
         if (options.ApplicationSchedulingMode == ApplicationSchedulingMode.Adaptive && monitor is not null && Engine.CanChangeThreads)
         {
-            _monitor = monitor;
+            Continuations = new LoopContinuations(this, monitor, _wakeup);
         }
 
         // Computed once per loop, not per connection. The transport's own side of each pipe (writing input,
@@ -210,15 +191,18 @@ internal sealed class EventLoop : PipeScheduler
     /// <summary>True on the thread that holds this loop now (see the remarks).</summary>
     public bool IsLoopThread => Volatile.Read(ref _holderThreadId) == Environment.CurrentManagedThreadId;
 
+    /// <summary>Adaptive scheduling's application continuations on this loop; null where they go to the pool (another mode, or an engine that cannot change threads).</summary>
+    public LoopContinuations? Continuations { get; }
+
     /// <summary>True when application continuations run on this loop's thread while they are quick (Adaptive scheduling).</summary>
-    public bool RunsContinuations => _monitor is not null;
+    public bool RunsContinuations => Continuations is not null;
 
     /// <summary>The current hold on the loop (the monitor's view); null before the loop starts and between a take and the next holder.</summary>
     public LoopRunner? Runner => Volatile.Read(ref _runner);
 
     public void Start()
     {
-        _monitor?.Threads.Joining();
+        Continuations?.Monitor.Threads.Joining();
         _thread.Start();
     }
 
@@ -228,7 +212,7 @@ internal sealed class EventLoop : PipeScheduler
     /// </summary>
     public (PipeOptions Input, PipeOptions Output) PipeOptionsFor(LinuxConnection connection, out AdaptiveScheduler? scheduler)
     {
-        if (_monitor is null && Options.ApplicationSchedulingMode != ApplicationSchedulingMode.Adaptive)
+        if (Options.ApplicationSchedulingMode != ApplicationSchedulingMode.Adaptive)
         {
             scheduler = null;
             return (InputPipeOptions, OutputPipeOptions);
@@ -240,43 +224,6 @@ internal sealed class EventLoop : PipeScheduler
         return (
             new PipeOptions(input.Pool, scheduler, this, input.PauseWriterThreshold, input.ResumeWriterThreshold, useSynchronizationContext: false),
             new PipeOptions(output.Pool, _outputReaderScheduler, scheduler, output.PauseWriterThreshold, output.ResumeWriterThreshold, useSynchronizationContext: false));
-    }
-
-    /// <summary>
-    /// An application continuation of <paramref name="connection"/>, scheduled by its <see cref="AdaptiveScheduler"/>:
-    /// queued to run on this loop later in the pass, and true; false when it must go to the pool instead (not on the
-    /// loop's thread, or no Adaptive scheduling here).
-    /// </summary>
-    public bool QueueContinuation(Action<object?> action, object? state, LinuxConnection connection)
-    {
-        if (_monitor is null || !IsLoopThread)
-        {
-            return false;
-        }
-
-        _continuations.Enqueue(new Continuation(action, state, connection));
-
-        // Should the loop have been taken from this thread just now, its next holder must not sleep through this.
-        Interlocked.MemoryBarrier();
-        if (!IsLoopThread)
-        {
-            _wakeup.Wake();
-        }
-
-        return true;
-    }
-
-    /// <summary>
-    /// True while new connections start on the pool (Adaptive): the loop was taken often enough lately that one
-    /// take per new connection would stall the others too often (an endpoint that blocks, on short connections).
-    /// </summary>
-    public bool NewConnectionsStartOnPool
-    {
-        get
-        {
-            long until = Volatile.Read(ref _newConnectionsOnPoolUntil);
-            return until != 0 && Stopwatch.GetTimestamp() < until;
-        }
     }
 
     /// <summary>
@@ -308,7 +255,7 @@ internal sealed class EventLoop : PipeScheduler
 
         if (IsLoopThread)
         {
-            if (_monitor is null)
+            if (Continuations is null)
             {
                 return;
             }
@@ -432,7 +379,7 @@ internal sealed class EventLoop : PipeScheduler
     }
 
     /// <summary>The loop's first thread: runs the passes, and after the loop was taken from it serves as a standby.</summary>
-    private void Run() => LoopThreads.Serve(this, _monitor?.Threads);
+    private void Run() => LoopThreads.Serve(this, Continuations?.Monitor.Threads);
 
     /// <summary>
     /// Holds the loop and runs its passes on the calling thread: true once the loop has ended (it is shut down,
@@ -458,7 +405,7 @@ internal sealed class EventLoop : PipeScheduler
                 {
                     // Pairs with LoopWakeup.Wake: whoever enqueues after this sees the loop waiting and signals.
                     _wakeup.EnterWait(polling);
-                    if (!_workQueue.IsEmpty || !_continuations.IsEmpty)
+                    if (!_workQueue.IsEmpty || HasContinuations)
                     {
                         timeout = 0;
                     }
@@ -480,7 +427,7 @@ internal sealed class EventLoop : PipeScheduler
                 }
 
                 _batches.RunReceives();
-                if (!RunContinuations(runner))
+                if (Continuations is { } continuations && !continuations.Run(runner))
                 {
                     return false;
                 }
@@ -529,7 +476,7 @@ internal sealed class EventLoop : PipeScheduler
     /// <summary>
     /// Monitor thread: takes the loop from <paramref name="runner"/>, whose continuation began at
     /// <paramref name="started"/> and still runs. True when taken: nobody holds the loop until the caller hands
-    /// it to another thread (which calls <see cref="RunPasses"/>), and then calls <see cref="OnTaken"/>.
+    /// it to another thread (which calls <see cref="RunPasses"/>), and then calls <see cref="LoopContinuations.OnTaken"/>.
     /// </summary>
     internal bool TryTake(LoopRunner runner, long started)
     {
@@ -540,59 +487,6 @@ internal sealed class EventLoop : PipeScheduler
 
         Volatile.Write(ref _holderThreadId, 0);
         Interlocked.CompareExchange(ref _runner, null, runner);
-        return true;
-    }
-
-    /// <summary>
-    /// Monitor thread, after a take: the connection that blocked goes to the pool for a while; a loop taken often
-    /// starts its new connections there.
-    /// </summary>
-    internal void OnTaken(LoopRunner runner)
-    {
-        long now = Stopwatch.GetTimestamp();
-        if (now - _takeWindowStart >= Stopwatch.Frequency)
-        {
-            _takeWindowStart = now;
-            _takesInWindow = 0;
-        }
-
-        if (++_takesInWindow >= TakesBeforeNewConnectionsStartOnPool)
-        {
-            Volatile.Write(ref _newConnectionsOnPoolUntil, now + s_poolStartSpell);
-        }
-
-        runner.Connection?.Scheduler?.Demote();
-        Metrics.LoopHandoffs.Add(1, MetricTag);
-    }
-
-    /// <summary>
-    /// Runs the application continuations queued this pass (Adaptive scheduling), each one watched by the
-    /// monitor. False when the loop was taken from this thread while one ran: the caller must return at once.
-    /// </summary>
-    private bool RunContinuations(LoopRunner runner)
-    {
-        // Only what was queued before this point, as RunScheduledWork.
-        int count = _continuations.IsEmpty ? 0 : _continuations.Count;
-        while (count-- > 0 && _continuations.TryDequeue(out var work))
-        {
-            long started = runner.BeginContinuation(work.Connection);
-            _monitor!.OnContinuationStarted();
-            try
-            {
-                work.Run();
-            }
-            catch (Exception e)
-            {
-                TransportLog.ScheduledWorkFailed(Logger, Index, e);
-            }
-
-            if (!runner.EndContinuation())
-            {
-                ReportBlocked(work.Connection, started);
-                return false;
-            }
-        }
-
         return true;
     }
 
@@ -610,43 +504,9 @@ internal sealed class EventLoop : PipeScheduler
         }
 
         Metrics.LongPasses.Add(1, MetricTag);
-        if (RateLimit(ref _lastLongPassLog, ref _longPassLogsSkipped, now, out int skipped))
+        if (_longPassLog.TryEnter(now, out int skipped))
         {
             TransportLog.LongPass(Logger, Index, Stopwatch.GetElapsedTime(started, now).TotalMilliseconds, Options.ApplicationSchedulingMode, skipped);
-        }
-    }
-
-    /// <summary>True when a rate-limited message may be logged now (and how many were skipped since the last one).</summary>
-    private static bool RateLimit(ref long last, ref int skippedSince, long now, out int skipped)
-    {
-        skipped = 0;
-        long previous = Volatile.Read(ref last);
-        if (previous != 0 && now - previous < s_blockedLogInterval)
-        {
-            Interlocked.Increment(ref skippedSince);
-            return false;
-        }
-
-        if (Interlocked.CompareExchange(ref last, now, previous) != previous)
-        {
-            return false;
-        }
-
-        skipped = Interlocked.Exchange(ref skippedSince, 0);
-        return true;
-    }
-
-    /// <summary>
-    /// On the thread the loop was taken from, once the continuation that blocked has returned: a warning that
-    /// names the connection and how long it held the thread, at most once per loop per 10 s.
-    /// </summary>
-    private void ReportBlocked(LinuxConnection connection, long started)
-    {
-        long now = Stopwatch.GetTimestamp();
-        if (RateLimit(ref _lastBlockedLog, ref _blockedLogsSkipped, now, out int skipped))
-        {
-            TransportLog.ContinuationBlockedLoop(
-                Logger, connection.ConnectionId, Index, Stopwatch.GetElapsedTime(started, now).TotalMilliseconds, connection.RemoteEndPoint, connection.LocalEndPoint, skipped);
         }
     }
 
@@ -662,7 +522,7 @@ internal sealed class EventLoop : PipeScheduler
         do
         {
             int count = Engine.Wait(0);
-            if (count != 0 || !_workQueue.IsEmpty || !_continuations.IsEmpty)
+            if (count != 0 || !_workQueue.IsEmpty || HasContinuations)
             {
                 return count;
             }
@@ -675,7 +535,7 @@ internal sealed class EventLoop : PipeScheduler
     private int ComputeTimeout(out bool polling)
     {
         polling = false;
-        if (_batches.HasQueued || !_workQueue.IsEmpty || !_continuations.IsEmpty || (_stopRequested && ReadyToExit()))
+        if (_batches.HasQueued || !_workQueue.IsEmpty || HasContinuations || (_stopRequested && ReadyToExit()))
         {
             return 0;
         }
@@ -700,6 +560,8 @@ internal sealed class EventLoop : PipeScheduler
 
         return timeout;
     }
+
+    private bool HasContinuations => Continuations is { IsEmpty: false };
 
     private bool ReadyToExit() => _abortOnStop
         ? _connections.Count == 0 || Environment.TickCount64 >= _abortDeadline
@@ -772,10 +634,7 @@ internal sealed class EventLoop : PipeScheduler
             System.Threading.ThreadPool.UnsafeQueueUserWorkItem(static w => w.Run(), work, preferLocal: false);
         }
 
-        while (_continuations.TryDequeue(out var continuation))
-        {
-            System.Threading.ThreadPool.UnsafeQueueUserWorkItem(static c => c.Run(), continuation, preferLocal: false);
-        }
+        Continuations?.DrainToThreadPool();
     }
 
     private void Shutdown()

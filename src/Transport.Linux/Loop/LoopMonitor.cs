@@ -167,7 +167,7 @@ internal sealed class LoopMonitor : IDisposable
     {
         if (Threads.TryHandOver(loop, () => loop.TryTake(runner, started)))
         {
-            loop.OnTaken(runner);
+            loop.Continuations!.OnTaken(runner);
             return;
         }
 

@@ -7,7 +7,7 @@ namespace Kestrel.Transport.Linux.Scheduling;
 
 /// <summary>
 /// A connection's application scheduler with <see cref="ApplicationSchedulingMode.Adaptive"/>: a continuation
-/// scheduled on the loop's thread runs there, later in the same pass (<see cref="EventLoop.QueueContinuation"/>);
+/// scheduled on the loop's thread runs there, later in the same pass (<see cref="LoopContinuations.TryQueue"/>);
 /// one scheduled anywhere else, or for a connection that blocked its loop recently, goes to the loop's
 /// thread-pool dispatch queue, as with <see cref="ApplicationSchedulingMode.ThreadPool"/>.
 /// </summary>
@@ -15,7 +15,7 @@ namespace Kestrel.Transport.Linux.Scheduling;
 /// A connection that blocked its loop runs on the pool for a while (<see cref="Demote"/>): 1 s the first time,
 /// twice as long each time after, up to <see cref="MaxDemotion"/>; so an endpoint that always blocks costs one
 /// loop hand-off per connection now and then, not one per request. A loop that was taken often in the last
-/// second starts its new connections on the pool (<see cref="EventLoop.NewConnectionsStartOnPool"/>), so that
+/// second starts its new connections on the pool (<see cref="LoopContinuations.NewConnectionsStartOnPool"/>), so that
 /// short connections to such an endpoint do not cost a hand-off each either.
 /// </remarks>
 internal sealed class AdaptiveScheduler : PipeScheduler
@@ -34,7 +34,7 @@ internal sealed class AdaptiveScheduler : PipeScheduler
         _loop = loop;
         _connection = connection;
         _pool = pool;
-        if (loop.NewConnectionsStartOnPool)
+        if (loop.Continuations is { NewConnectionsStartOnPool: true })
         {
             Demote();
         }
@@ -42,7 +42,7 @@ internal sealed class AdaptiveScheduler : PipeScheduler
 
     public override void Schedule(Action<object?> action, object? state)
     {
-        if (IsDemoted || !_loop.QueueContinuation(action, state, _connection))
+        if (IsDemoted || _loop.Continuations?.TryQueue(action, state, _connection) != true)
         {
             _pool.Schedule(action, state);
         }
