@@ -23,10 +23,10 @@ public enum ApplicationSchedulingMode
 
     /// <summary>
     /// Continuations run on the event-loop thread while they are quick, as with <see cref="Inline"/>. When one
-    /// blocks or runs long (over about a millisecond), the loop moves to another thread, so its other
-    /// connections keep being served, and the connection that blocked runs on the thread pool from then on,
-    /// as with <see cref="ThreadPool"/>. On the io_uring engine, whose ring cannot change threads, it
-    /// schedules as <see cref="ThreadPool"/> does.
+    /// sleeps in the kernel for about a millisecond (a blocking call) or computes for 10 ms, the loop moves to
+    /// another thread, so its other connections keep being served, and the connection that blocked runs on the
+    /// thread pool for a while (1 s, doubling on each repeat up to 64 s), as with <see cref="ThreadPool"/>. On
+    /// io_uring each loop's ring is set up so that it can change threads.
     /// </summary>
     Adaptive = 2,
 }

@@ -23,9 +23,10 @@ public sealed class LinuxTransportOptions
     public int ThreadCount { get; set; } = Math.Min(Environment.ProcessorCount, 16);
 
     /// <summary>
-    /// Where Kestrel and the application run when data arrives. Who changes it: an app that never blocks a
-    /// thread (no synchronous I/O, no <c>.Result</c>, no long locks) sets
-    /// <see cref="ApplicationSchedulingMode.Inline"/> to save a thread hop per read. Default
+    /// Where Kestrel and the application run when data arrives. Who changes it: a server that runs below
+    /// saturation and pays for CPU time sets <see cref="ApplicationSchedulingMode.Adaptive"/>, which saves the thread
+    /// hop per read and stays safe when the app blocks; an app that never blocks a thread (no synchronous I/O, no
+    /// <c>.Result</c>, no long locks) may set <see cref="ApplicationSchedulingMode.Inline"/>. Default
     /// <see cref="ApplicationSchedulingMode.ThreadPool"/>, safe for any app.
     /// </summary>
     public ApplicationSchedulingMode ApplicationSchedulingMode { get; set; } = ApplicationSchedulingMode.ThreadPool;

@@ -68,7 +68,7 @@ internal static partial class TransportLog
     [LoggerMessage(20, LogLevel.Warning, "Loop {Loop}: io_uring is not available for this loop, so it runs on epoll: {Reason}.")]
     public static partial void LoopIoUringUnavailable(ILogger logger, int loop, string reason);
 
-    [LoggerMessage(21, LogLevel.Information, "IoBackend=Auto: the loops run on epoll with {SchedulingMode} scheduling: with ThreadPool scheduling io_uring measured no better than epoll, and with Adaptive scheduling only an epoll loop can move to another thread when the app blocks it (docs/performance.md).")]
+    [LoggerMessage(21, LogLevel.Information, "IoBackend=Auto: the loops run on epoll with {SchedulingMode} scheduling: with ThreadPool scheduling io_uring measured no better than epoll, and with Adaptive scheduling a ring that can follow its loop to another thread measured level with epoll (docs/performance.md).")]
     public static partial void AutoChoseEpoll(ILogger logger, ApplicationSchedulingMode schedulingMode);
 
     [LoggerMessage(22, LogLevel.Warning, "Connection {ConnectionId} ({RemoteEndPoint} to {LocalEndPoint}) held the thread of loop {Loop} for {Milliseconds:F1} ms inside application code (a blocking call or long computation). The loop moved to another thread meanwhile, and this connection runs on the thread pool for a while; its requests' TraceIdentifier starts with the connection id. {Skipped} more such cases since the last message.")]
