@@ -54,7 +54,6 @@ internal sealed unsafe class UringEngine : IoEngine
     private readonly Dictionary<uint, object> _zeroCopyOwners = [];
     private uint _lastZeroCopySend;
     private bool _disposed;
-
     private readonly bool _movable;
 
     private UringEngine(nint ring, RingInfo info, OwnedFd wake, bool movable)
@@ -81,11 +80,11 @@ internal sealed unsafe class UringEngine : IoEngine
     public override bool AcceptsInKernel => true;
 
     /// <summary>
-    /// True for a ring created movable (Adaptive scheduling): set up without SINGLE_ISSUER|DEFER_TASKRUN, with whose ring
-    /// only the thread that enabled it may submit (EEXIST for any other), and with no fd registered with one thread. The
-    /// completions of polls and accepts armed by a thread that has let go of the loop still reach the next holder;
-    /// but when such a thread exits the kernel cancels them, so <see cref="Loop.LoopThreads"/> never retires a
-    /// thread of a group with movable rings (docs/architecture.md, "Adaptive scheduling and io_uring").
+    /// True for a ring created movable (Adaptive scheduling). Such a ring is set up without SINGLE_ISSUER|DEFER_TASKRUN
+    /// (with them only the thread that enabled the ring may submit: EEXIST for any other) and has no fd registered with
+    /// one thread. The completions of polls and accepts armed by a thread that has let go of the loop still reach the
+    /// next holder; but when such a thread exits the kernel cancels them, so <see cref="Loop.LoopThreads"/> never
+    /// retires a thread of a group with movable rings (docs/architecture.md, "Adaptive scheduling and io_uring").
     /// </summary>
     public override bool CanChangeThreads => _movable;
 
