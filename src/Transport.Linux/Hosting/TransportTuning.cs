@@ -56,6 +56,12 @@ internal sealed class TransportTuning
     /// <summary>Adaptive scheduling: how often the monitor looks at the loops while continuations run (milliseconds, 1..1000).</summary>
     public int AdaptiveIntervalMilliseconds { get; set; } = 1;
 
+    /// <summary>
+    /// Adaptive scheduling: the longest the monitor waits between looks while every continuation it sees is quick
+    /// (milliseconds, <see cref="AdaptiveIntervalMilliseconds"/>..1000; equal to it, the monitor looks at a steady pace).
+    /// </summary>
+    public int AdaptiveCalmIntervalMilliseconds { get; set; } = 8;
+
     /// <summary>Adaptive scheduling: how long a standby thread waits for a loop to take over before it exits (milliseconds).</summary>
     public int StandbyRetireMilliseconds { get; set; } = 20_000;
 
@@ -94,6 +100,7 @@ internal sealed class TransportTuning
                 nameof(TcpNotSentLowAtBytes) => SetInt(value, v => TcpNotSentLowAtBytes = v),
                 nameof(AdaptiveThresholdMicroseconds) => SetInt(value, v => AdaptiveThresholdMicroseconds = v),
                 nameof(AdaptiveIntervalMilliseconds) => SetInt(value, v => AdaptiveIntervalMilliseconds = v),
+                nameof(AdaptiveCalmIntervalMilliseconds) => SetInt(value, v => AdaptiveCalmIntervalMilliseconds = v),
                 nameof(AdaptiveRunningThresholdMicroseconds) => SetInt(value, v => AdaptiveRunningThresholdMicroseconds = v),
                 nameof(StandbyRetireMilliseconds) => SetInt(value, v => StandbyRetireMilliseconds = v),
                 nameof(LoopThreadLimit) => SetInt(value, v => LoopThreadLimit = v),
@@ -115,7 +122,7 @@ internal sealed class TransportTuning
         nameof(DeferSend), nameof(SendFromThreadPool), nameof(CoalesceThreadPoolSends), nameof(MaxBytesPerRead),
         nameof(SchedBatchLoops), nameof(TcpQuickAck), nameof(TcpNotSentLowAtBytes), nameof(UseNativeEngine),
         nameof(ZeroCopyWhenKernelCopies), nameof(AdaptiveThresholdMicroseconds), nameof(AdaptiveRunningThresholdMicroseconds), nameof(AdaptiveIntervalMilliseconds),
-        nameof(StandbyRetireMilliseconds), nameof(LoopThreadLimit),
+        nameof(AdaptiveCalmIntervalMilliseconds), nameof(StandbyRetireMilliseconds), nameof(LoopThreadLimit),
     ];
 
     internal IEnumerable<string> Validate()
@@ -138,6 +145,11 @@ internal sealed class TransportTuning
         if (AdaptiveIntervalMilliseconds is < 1 or > 1000)
         {
             yield return $"{nameof(TransportTuning)}.{nameof(AdaptiveIntervalMilliseconds)} must be between 1 and 1000, but was {AdaptiveIntervalMilliseconds}.";
+        }
+
+        if (AdaptiveCalmIntervalMilliseconds < AdaptiveIntervalMilliseconds || AdaptiveCalmIntervalMilliseconds > 1000)
+        {
+            yield return $"{nameof(TransportTuning)}.{nameof(AdaptiveCalmIntervalMilliseconds)} must be between {nameof(AdaptiveIntervalMilliseconds)} and 1000, but was {AdaptiveCalmIntervalMilliseconds}.";
         }
 
         if (StandbyRetireMilliseconds < 1 || LoopThreadLimit < 0)

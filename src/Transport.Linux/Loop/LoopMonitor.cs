@@ -6,7 +6,9 @@ namespace Kestrel.Transport.Linux.Loop;
 
 /// <summary>
 /// With Adaptive scheduling, one thread per loop group that looks at each loop every
-/// <see cref="Hosting.TransportTuning.AdaptiveIntervalMilliseconds"/>: a loop whose thread has been inside one
+/// <see cref="Hosting.TransportTuning.AdaptiveIntervalMilliseconds"/> while a continuation runs long enough to
+/// watch, and less often, up to <see cref="Hosting.TransportTuning.AdaptiveCalmIntervalMilliseconds"/>, while every
+/// continuation it sees is quick: a loop whose thread has been inside one
 /// application continuation longer than <see cref="Hosting.TransportTuning.AdaptiveThresholdMicroseconds"/> and
 /// is asleep in the kernel (a blocking call), or that has computed for
 /// <see cref="Hosting.TransportTuning.AdaptiveRunningThresholdMicroseconds"/> of its own CPU time, is taken from
@@ -16,6 +18,9 @@ namespace Kestrel.Transport.Linux.Loop;
 /// its processor handed to another thread by the scheduler's monitor.
 /// </summary>
 /// <remarks>
+/// A server under light load runs a quick continuation now and then, so the monitor never parks; the calm interval
+/// keeps it from waking a thousand times a second on the server's CPU for looks that find nothing to do. A
+/// continuation that blocks right after a calm look is seen at the next one and taken one interval later.
 /// It costs nothing on an idle server: after <see cref="IdleLooksBeforeParking"/> looks in a row in which no
 /// continuation ran, it parks until the next continuation starts (<see cref="OnContinuationStarted"/>, a read of
 /// one field per continuation). Parking and the loops' <see cref="LoopRunner.BeginContinuation"/> each write, fence
@@ -26,13 +31,15 @@ internal sealed class LoopMonitor : IDisposable
     /// <summary>Looks without any continuation before the monitor parks (with the default interval, 8 ms).</summary>
     private const int IdleLooksBeforeParking = 8;
 
+    private readonly int _interval;
+    private readonly int _calmInterval;
+
     private readonly List<EventLoop> _loops = [];
     private readonly long _thresholdTicks;
     private readonly long _runningThresholdNanoseconds;
-    private readonly long _lateTicks;
     private long _lastLook;
+    private long _lastSleepTicks;
     private bool _lastWasLate;
-    private readonly int _interval;
     private readonly ManualResetEventSlim _unpark = new(false, spinCount: 0);
     private readonly ILogger _logger;
     private readonly Thread _thread;
@@ -51,7 +58,7 @@ internal sealed class LoopMonitor : IDisposable
         _thresholdTicks = options.Tuning.AdaptiveThresholdMicroseconds * Stopwatch.Frequency / 1_000_000;
         _runningThresholdNanoseconds = options.Tuning.AdaptiveRunningThresholdMicroseconds * 1000L;
         _interval = options.Tuning.AdaptiveIntervalMilliseconds;
-        _lateTicks = (2 * _interval * Stopwatch.Frequency / 1000) + _thresholdTicks;
+        _calmInterval = options.Tuning.AdaptiveCalmIntervalMilliseconds;
         Threads = new LoopThreads(options.ThreadCount, options.Tuning.MaxLoopThreads(options.ThreadCount), TimeSpan.FromMilliseconds(options.Tuning.StandbyRetireMilliseconds));
         _thread = new Thread(Run) { IsBackground = true, Name = "Kestrel Linux monitor" };
     }
@@ -91,23 +98,44 @@ internal sealed class LoopMonitor : IDisposable
     private void Run()
     {
         int idleLooks = 0;
+        int sleep = _interval;
         while (!_stopping)
         {
-            Thread.Sleep(_interval);
-            idleLooks = Look() ? 0 : idleLooks + 1;
+            _lastSleepTicks = sleep * Stopwatch.Frequency / 1000;
+            Thread.Sleep(sleep);
+            var look = Look();
+            idleLooks = look == Activity.None ? idleLooks + 1 : 0;
+            // Twice as long after each look that found only quick continuations (or none), back to the interval as
+            // soon as one runs long enough to watch.
+            sleep = look == Activity.Watching ? _interval : Math.Min(sleep * 2, _calmInterval);
             if (idleLooks >= IdleLooksBeforeParking)
             {
                 idleLooks = 0;
                 Park();
                 _lastLook = 0;
+                sleep = _interval;
             }
         }
     }
 
-    /// <summary>One look at every loop; true when a continuation ran since the last look or runs now.</summary>
-    private bool Look()
+    /// <summary>What one look found.</summary>
+    private enum Activity
+    {
+        /// <summary>No continuation ran since the last look, and none runs now.</summary>
+        None,
+
+        /// <summary>Continuations ran, and none has run long enough to watch.</summary>
+        Quick,
+
+        /// <summary>A continuation has run at least half the threshold: the next look must come soon.</summary>
+        Watching,
+    }
+
+    /// <summary>One look at every loop.</summary>
+    private Activity Look()
     {
         bool active = false;
+        bool watching = false;
         long now = Stopwatch.GetTimestamp();
 
         // A look that comes late (this thread was not scheduled), or after a garbage collection (which held every
@@ -115,7 +143,8 @@ internal sealed class LoopMonitor : IDisposable
         // long or blocked: it only takes note, and the next look decides (on a machine so busy that every look is
         // late, every other one does).
         var pauses = GC.GetTotalPauseDuration();
-        bool late = ((_lastLook != 0 && now - _lastLook > _lateTicks) || pauses != _lastPauses) && !_lastWasLate;
+        long lateTicks = (2 * _lastSleepTicks) + _thresholdTicks;
+        bool late = ((_lastLook != 0 && now - _lastLook > lateTicks) || pauses != _lastPauses) && !_lastWasLate;
         _lastWasLate = late;
         _lastLook = now;
         _lastPauses = pauses;
@@ -138,6 +167,7 @@ internal sealed class LoopMonitor : IDisposable
             // make the loop's quick continuations look long, and move it again).
             long running = now - started;
             bool watch = started > 0 && running >= _thresholdTicks / 2;
+            watching |= watch;
             bool blocked = watch && runner.IsBlockedInKernel;
             bool computing = false;
             if (watch && !blocked)
@@ -160,7 +190,7 @@ internal sealed class LoopMonitor : IDisposable
             _blockedAt[i] = blocked ? started : 0;
         }
 
-        return active;
+        return watching ? Activity.Watching : active ? Activity.Quick : Activity.None;
     }
 
     private void Take(EventLoop loop, LoopRunner runner, long started)
