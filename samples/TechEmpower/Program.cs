@@ -133,6 +133,10 @@ WebApplication app;
 if (options.Mode == SampleMode.Middleware)
 {
     builder.WebHost.UseUrls(options.Urls);
+    if (options.Protocols is HttpProtocols protocols)
+    {
+        builder.WebHost.ConfigureKestrel(kestrel => kestrel.ConfigureEndpointDefaults(listen => listen.Protocols = protocols));
+    }
 
     // MVC brings antiforgery, which brings Data Protection; the views post nothing, so its keys
     // stay in memory instead of being written to the user's profile on every start.
@@ -214,7 +218,8 @@ switch (options.Transport)
         break;
 }
 
-Console.WriteLine($"TechEmpower: {transport} mode={options.ModeName} urls={urls}");
+var protocolsText = options.Protocols is { } given ? $" protocols={given}" : string.Empty;
+Console.WriteLine($"TechEmpower: {transport} mode={options.ModeName}{protocolsText} urls={urls}");
 if (options.Transport == SampleTransport.Libuv && options.ListenUrls.Any(u => u.Kind == ListenUrlKind.UnixSocket))
 {
     // The comparator binds IP endpoints only; Kestrel gives the others to its Sockets transport.
