@@ -5,8 +5,8 @@
 #   ./benchmarks/compare.sh [--quick] [--out DIR] [--server-cpus 1] [--client-cpus 0] [...]
 #   ./benchmarks/compare.sh --help      (all options)
 #
-# This script builds once (the TechEmpower sample in Release, the C ceiling server and the C
-# open-loop load generator), then hands over to benchmarks/lib/compare.py, which runs the
+# This script builds once (the TechEmpower sample in Release, the C ceiling server, the C open-loop
+# load generator and the C WebSocket load generator), then hands over to benchmarks/lib/compare.py, which runs the
 # measurements and writes report.md, results.json, results.csv and PNG charts.
 set -euo pipefail
 # Relative paths given on the command line (--out, --config-file) stay relative to the caller.
@@ -44,9 +44,10 @@ if (( build )); then
     # No MSBuild or compiler server may outlive this script.
     dotnet build -c Release samples/TechEmpower -nologo -v quiet -clp:ErrorsOnly --disable-build-servers
 fi
-echo "compare: building benchmarks/ceiling and benchmarks/loadgen (gcc -O2)"
+echo "compare: building benchmarks/ceiling, benchmarks/loadgen and benchmarks/wsload (gcc -O2)"
 gcc -O2 -Wall -Wextra -pthread -o artifacts/benchmarks/bin/ceiling benchmarks/ceiling/ceiling.c
 gcc -O2 -Wall -Wextra -o artifacts/benchmarks/bin/loadgen benchmarks/loadgen/loadgen.c
+gcc -O2 -Wall -Wextra -o artifacts/benchmarks/bin/wsload benchmarks/wsload/wsload.c
 
 # The report quotes the command line as it was typed.
 COMPARE_INVOCATION=./benchmarks/compare.sh exec "$python" benchmarks/lib/compare.py "$@"

@@ -16,6 +16,8 @@ Phases (each its own interleaved rounds):
   fixed, mixed, blocking  below saturation, open loop (openloop.py): CPU and latency at fixed fractions
            of the baseline's rate; small requests beside bulk downloads on one loop; bystanders of a
            handler that blocks its thread.
+  protocols  HTTP/2 with prior knowledge (h2load: JSON and a gRPC unary call) and WebSocket echo
+           (benchmarks/wsload), closed loop at saturation (protocols.py).
 
 Results go to --out: results.json (every measurement), then report.py writes report.md,
 results.csv and the charts.
@@ -49,6 +51,7 @@ from pathlib import Path
 sys.dont_write_bytecode = True   # no __pycache__ in the source tree
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import openloop  # noqa: E402
+import protocols  # noqa: E402
 import report  # noqa: E402
 import verify  # noqa: E402
 
@@ -232,6 +235,16 @@ MIXED_BULK = Scenario("download8m-16", "GET 8 MiB bodies, 16 connections", "/dow
 # Blocking: the bystanders' requests, and the sample's blocking handler as verification probes it.
 BLOCK_BYSTANDER = Scenario("json-8", "JSON, 8 bystander connections", "/json", openloop.BYSTANDERS)
 BLOCK_PROBE = Scenario("block", "GET /block (the sample's blocking handler), 0 ms", openloop.block_path(0, "sleep"), 1)
+# The protocols phase (protocols.py), at saturation: depth is the requests in flight per connection (HTTP/2 streams,
+# or the one WebSocket message each connection waits for).
+PROTOCOL_SCENARIOS = [
+    Scenario("h2-json", "JSON over HTTP/2 with prior knowledge (h2c), 16 connections × 16 streams (h2load)",
+             "/json", 16, 16),
+    Scenario("grpc-unary", f"gRPC unary call echoing {protocols.GRPC_MESSAGE_BYTES} bytes, 16 connections × 16 "
+             "streams (h2load)", protocols.GRPC_PATH, 16, 16),
+    Scenario("ws-echo", f"WebSocket echo of {protocols.WS_MESSAGE_BYTES}-byte messages, 16 connections, one message "
+             "in flight each (wsload)", protocols.WS_PATH, 16),
+]
 
 
 # ---- processes ------------------------------------------------------------------------------
@@ -451,6 +464,7 @@ class Runner:
         self.server_cpu_list = cpu_list(args.server_cpus)
         self.table = {c.name: c for c in table or configs}    # every row, selected or not (fixed's base rate)
         self.loadgen = BIN / "loadgen"
+        self.wsload = BIN / "wsload"
         self.latency_rate: float | None = None
         self.latency_rate_source = ""
 
@@ -511,8 +525,9 @@ class Runner:
         return "failed", f"did not answer within {STARTUP_TIMEOUT_S:.0f} s", line
 
     def start_server(self, config: Config, mode: str, target: verify.Target, cpus: str | None,
-                     threads: int | None, label: str) -> StartResult:
-        """Starts one configuration. A usage error (exit 2) on every alternative means unsupported."""
+                     threads: int | None, label: str, extra_args: tuple[str, ...] = ()) -> StartResult:
+        """Starts one configuration, with extra_args after its own arguments (a Kestrel server only). A usage
+        error (exit 2) on every alternative means unsupported."""
         self.server_count += 1
         log_path = self.logs / f"{self.server_count:04d}-{label}.log"
         taskset = ["taskset", "-c", cpus] if cpus else []
@@ -538,7 +553,7 @@ class Runner:
             candidates = [a + m for a in config.alternatives for m in mode_alternatives]
         rejected = []
         for sample_args in candidates:
-            argv = taskset + ["dotnet", str(config.sample_dll), "--urls", url] + sample_args
+            argv = taskset + ["dotnet", str(config.sample_dll), "--urls", url] + sample_args + list(extra_args)
             if threads:
                 argv += ["--threads", str(threads)]
             if target.kind == "unix" and os.path.exists(target.path):
@@ -612,15 +627,18 @@ class Runner:
         load_cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
         return self.wrk_result(done.stdout), shlex.join(argv), load_cpu
 
-    def prime(self, url: str, scenarios: list[Scenario], total: float, cpus: str | None, threads: int) -> None:
+    def prime(self, url: str, scenarios: list[Scenario], total: float, cpus: str | None, threads: int,
+              run_load=None) -> None:
         """Warms a fresh server on every scenario it will be measured on, in turn, for `total` seconds.
         .NET compiles a method three times (tier 0, an instrumented tier for dynamic PGO, tier 1) and
         does the later tiers on a background thread that shares the server's pinned CPU: measured in
         1-s windows, plaintext16-1024 fell from 71K to 39K req/s in the first ~10 s and reached its
         205-212K plateau only after ~25 s (JSON-256: 24K, then ~50K from ~25 s). Every scenario
-        gets slices until the time is used (1-5 s each, at least twice round when there is time)."""
+        gets slices until the time is used (1-5 s each, at least twice round when there is time). run_load(url,
+        scenario, seconds) puts the load on instead of wrk (the protocols phase)."""
         if total <= 0 or not scenarios:
             return
+        run_load = run_load or (lambda url, scenario, seconds: self.run_wrk(url, scenario, seconds, cpus, threads))
         slice_s = max(1, min(5, int(total // (2 * len(scenarios)))))
         deadline = time.monotonic() + total
         while time.monotonic() < deadline:
@@ -629,16 +647,16 @@ class Runner:
                 if left < 0.5:
                     return
                 self.check_interrupted()
-                self.run_wrk(url, scenario, min(slice_s, max(1, round(left))), cpus, threads)
+                run_load(url, scenario, min(slice_s, max(1, round(left))))
 
     def measure(self, phase: str, config: str, scenario: Scenario, round_no: int, url: str,
                 procs: dict[str, Proc], warmup: float, cpus_load: str | None, wrk_threads: int,
-                server_cpu_count: int, extra: dict) -> bool:
+                server_cpu_count: int, extra: dict, run_load=None) -> bool:
         """Warm-up, then one measured window; measured again (warm-up included) while other processes took
         at least DISTURBED_OTHER_LOAD of the benchmark's CPUs, up to --remeasure more times, keeping the
         least disturbed window. Returns False when the server died."""
         return self.least_disturbed(lambda: self.window(phase, config, scenario, round_no, url, procs, warmup,
-                                                        cpus_load, wrk_threads, server_cpu_count, extra))
+                                                        cpus_load, wrk_threads, server_cpu_count, extra, run_load))
 
     def least_disturbed(self, attempt_window) -> bool:
         """Runs attempt_window() -> (server alive, record or None) again while other processes took at least
@@ -660,11 +678,14 @@ class Runner:
 
     def window(self, phase: str, config: str, scenario: Scenario, round_no: int, url: str,
                procs: dict[str, Proc], warmup: float, cpus_load: str | None, wrk_threads: int,
-               server_cpu_count: int, extra: dict) -> tuple[bool, dict | None]:
-        """Warm-up, then one measured window: (server still alive, the window's record or None)."""
+               server_cpu_count: int, extra: dict, run_load=None) -> tuple[bool, dict | None]:
+        """Warm-up, then one measured window: (server still alive, the window's record or None). The load is wrk's,
+        or run_load(seconds) -> (result in WRK_RESULT's shape or None, command line, load generator CPU seconds),
+        which wrk_threads then counts the threads of."""
         self.check_interrupted()
+        run_load = run_load or (lambda seconds: self.run_wrk(url, scenario, seconds, cpus_load, wrk_threads))
         if warmup > 0:
-            self.run_wrk(url, scenario, warmup, cpus_load, wrk_threads)
+            run_load(warmup)
         for name, proc in procs.items():
             if not proc.alive():
                 self.event(phase, config, "failed", f"{name} died during warm-up: {proc.log_text()[-300:]}",
@@ -674,15 +695,15 @@ class Runner:
         busy_before = cpu_busy_seconds(self.bench_cpus)
         counter = PerfStat(procs["server"].pid) if self.args.perf_stat and "server" in procs else None
         t0 = time.monotonic()
-        result, command, load_cpu = self.run_wrk(url, scenario, scenario.window_s(self.args.duration), cpus_load,
-                                                 wrk_threads)
+        result, command, load_cpu = run_load(scenario.window_s(self.args.duration))
         wall = time.monotonic() - t0
         counts = counter.stop() if counter else {}
         busy = cpu_busy_seconds(self.bench_cpus) - busy_before
         cpu = {name: proc.cpu_seconds() - cpu_before[name] for name, proc in procs.items()}
         died = [name for name, proc in procs.items() if not proc.alive()]
         if result is None or died:
-            reason = f"{', '.join(died)} died during the measurement" if died else "wrk produced no result"
+            reason = (f"{', '.join(died)} died during the measurement" if died
+                      else "the load generator produced no result")
             self.event(phase, config, "failed", reason, scenario.name, round_no, scenario.mode, extra)
             return not died, None
 
@@ -776,31 +797,41 @@ class Runner:
                     self.save()
 
     def open_server(self, config: Config, mode: str, todo: list[Scenario], round_no: int, phase: str = "main",
-                    cpus: str | None = None, threads: int | None = None, prime: bool = True) -> MainServer | None:
+                    cpus: str | None = None, threads: int | None = None, prime: bool = True,
+                    extra_args: tuple[str, ...] = (), check=None, run_load=None) -> MainServer | None:
         """Starts and verifies one configuration's server for a phase (pinned to `cpus`, default the server
         CPUs), and primes it on the scenarios it can serve. None when it did not start or failed verification
-        (recorded as an event)."""
+        (recorded as an event). The protocols phase's servers take more arguments (extra_args), are verified by
+        check(server, scenario) -> (state, reason) instead of verify.py's HTTP/1.1 checks (an HTTP/2-only
+        server still answers an HTTP/1.1 request, with 400, which is all the start-up waits for), and are
+        primed with run_load (see prime)."""
         port = free_port(self.ports)
         target = verify.Target("tcp", host="127.0.0.1", port=port)
         server_mode = "middleware" if mode == "any" else mode
+        # A build that rejects the extra arguments is unsupported with them, not in its mode.
+        key = " ".join([mode, *extra_args])
         started = self.start_server(config, server_mode, target, cpus or self.args.server_cpus, threads,
-                                    f"{phase}-r{round_no}-{config.name}-{mode}")
+                                    f"{phase}-r{round_no}-{config.name}-{key.replace(' --', '-').replace(' ', '-')}",
+                                    extra_args)
         if started.state != "ok":
-            self.start_failed(phase, config, mode, started, "*", round_no, mode)
+            self.start_failed(phase, config, key, started, "*", round_no, mode)
             return None
         server = MainServer(config, started.proc, f"http://127.0.0.1:{port}", [])
         try:
             self.startup_lines.setdefault(config.name, started.startup_line)
             self.commands.setdefault(config.name, shlex.join(started.argv))
-            paths = list(dict.fromkeys(CORE_PATHS + [s.path for s in todo]))
-            if config.kind == "ceiling" or mode == "platform":
-                paths = [p for p in paths if p in CORE_PATHS]
-            result = self.verify_server(phase, config.name, target, paths, round_no, mode)
-            if result is None:
-                server.proc.stop()
-                return None
-            for scenario in todo:
-                state, reason = result.state(scenario.path)
+            if check is None:
+                paths = list(dict.fromkeys(CORE_PATHS + [s.path for s in todo]))
+                if config.kind == "ceiling" or mode == "platform":
+                    paths = [p for p in paths if p in CORE_PATHS]
+                result = self.verify_server(phase, config.name, target, paths, round_no, mode)
+                if result is None:
+                    server.proc.stop()
+                    return None
+                states = [result.state(scenario.path) for scenario in todo]
+            else:
+                states = [check(server, scenario) for scenario in todo]
+            for scenario, (state, reason) in zip(todo, states):
                 if state == "missing":
                     self.unsupported[(config.name, scenario.path)] = reason
                     self.event(phase, config.name, "unsupported", reason, scenario.name, round_no, mode)
@@ -812,7 +843,7 @@ class Runner:
                 server.runnable.append(scenario)
             if prime and config.kind != "ceiling":
                 self.prime(server.url, server.runnable, self.args.warmup_first, self.args.client_cpus,
-                           self.args.wrk_threads)
+                           self.args.wrk_threads, run_load)
             return server
         except BaseException:
             server.proc.stop()
@@ -1128,6 +1159,9 @@ class Runner:
     def phase_blocking(self) -> None:
         openloop.phase_blocking(self, BLOCK_BYSTANDER, BLOCK_PROBE)
 
+    def phase_protocols(self) -> None:
+        protocols.phase_protocols(self, PROTOCOL_SCENARIOS)
+
 
 def fill(template: str, values: dict[str, str]) -> str:
     for key, value in values.items():
@@ -1185,7 +1219,7 @@ def machine_info() -> dict:
 
 # ---- entry point ----------------------------------------------------------------------------
 
-PHASES = ("main", "latency", "hosting", "sweep", "fixed", "mixed", "blocking")
+PHASES = ("main", "latency", "hosting", "sweep", "fixed", "mixed", "blocking", "protocols")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -1246,10 +1280,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help=f"phases to run, comma-separated, of {','.join(PHASES)} (default main,latency,hosting,sweep)")
     p.add_argument("--scenarios", help="comma-separated subset of the main scenarios")
     p.add_argument("--order", choices=("blocks", "paired"), default="blocks",
-                   help="main phase: blocks (default) runs one server at a time through all its scenarios; "
-                        "paired starts every configuration's server of a round at once (all pinned to the "
-                        "server CPUs, one loaded at a time) and measures each scenario on each of them back to "
-                        "back, so a slow period of the machine falls on both sides of a ratio")
+                   help="main, fixed and protocols phases: blocks (default) runs one server at a time through all "
+                        "its scenarios; paired starts every configuration's server of a round at once (all pinned "
+                        "to the server CPUs, one loaded at a time) and measures each scenario on each of them back "
+                        "to back, so a slow period of the machine falls on both sides of a ratio")
     p.add_argument("--hosting", help="hosting models (default direct,nginx-tcp,nginx-unix,caddy; "
                    "--quick direct,nginx-tcp); caddy-unix is also available")
     p.add_argument("--hosting-transports", default="linux,sockets")
@@ -1381,6 +1415,9 @@ def estimate_seconds(args: argparse.Namespace, configs: list[Config]) -> float:
         per_round += len(kestrel) * len(args.blocking_how) * (
             start + args.blocking_warmup + openloop.BLOCK_LEAD_S + args.blocking_ms / 1000 + openloop.BLOCK_TAIL_S
             + loadgen_overhead)
+    if "protocols" in args.phases:
+        # Two servers per configuration (HTTP/2 only, then HTTP/1.1 for the WebSocket upgrade), each primed.
+        per_round += len(kestrel) * (2 * (start + args.warmup_first) + windows(PROTOCOL_SCENARIOS))
     return per_round * args.rounds + calibration
 
 
@@ -1397,7 +1434,7 @@ def main(argv: list[str]) -> int:
     for tool in ("wrk", "taskset", "dotnet") + (("perf",) if args.perf_stat else ()):
         if not shutil.which(tool):
             raise SystemExit(f"compare: {tool} is not installed (see .ci/run for the packages)")
-    for binary in (BIN / "ceiling", BIN / "loadgen", SAMPLE_DLL):
+    for binary in (BIN / "ceiling", BIN / "loadgen", BIN / "wsload", SAMPLE_DLL):
         if not binary.exists():
             raise SystemExit(f"compare: {binary} is missing; run benchmarks/compare.sh, which builds it")
     for config in configs:
@@ -1493,8 +1530,8 @@ def quick_problems(runner: Runner, out: Path) -> list[str]:
         # no other round of the same cell got an answer either. Errors always count.
         starved = m["requests"] == 0 and m["error_total"] == 0 and cell(m) in answered
         # A window in which other processes or the hypervisor took at least half the benchmark's CPUs
-        # cannot judge a server by timeouts or silence either; wrong answers (status, parse) still fail.
-        wrong = sum(m["errors"].get(k, 0) for k in ("status", "parse"))
+        # cannot judge a server by timeouts or silence either; wrong answers (status, parse, short) still fail.
+        wrong = sum(m["errors"].get(k, 0) for k in ("status", "parse", "short"))
         taken = (m.get("other_cpu_util") or 0) >= STARVED_OTHER_LOAD and wrong == 0
         fails = m["error_rate"] > ERROR_TOLERANCE or m["requests"] == 0
         if fails and (starved or taken):

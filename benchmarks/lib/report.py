@@ -418,11 +418,16 @@ def latency_section(data: dict) -> list[str]:
 
 # ---- the open-loop phases (openloop.py) -------------------------------------------------------
 
+def paired_ratios(rows: list[dict], base_rows: list[dict], value) -> list[float]:
+    """Each round's value / the baseline's value in the same round."""
+    base = {r["round"]: value(r) for r in base_rows}
+    return [value(r) / base[r["round"]] for r in rows if base.get(r["round"]) and value(r) is not None]
+
+
 def paired(rows: list[dict], base_rows: list[dict], value) -> str:
     """The median over rounds of each round's value / the baseline's value in the same round, with the
     min-max: the ratio to quote, since both windows of a round share the machine's state."""
-    base = {r["round"]: value(r) for r in base_rows}
-    ratios = [value(r) / base[r["round"]] for r in rows if base.get(r["round"]) and value(r) is not None]
+    ratios = paired_ratios(rows, base_rows, value)
     if not ratios:
         return "–"
     if len(ratios) == 1:
@@ -591,6 +596,60 @@ def blocking_section(data: dict) -> list[str]:
     return lines + not_measured(data, "blocking", names)
 
 
+def protocols_section(data: dict) -> list[str]:
+    protocols = data["meta"].get("protocols")
+    if not protocols:
+        return []
+    rows = select(data["measurements"], phase="protocols")
+    baseline = protocols["baseline"]
+    meta = data["meta"]
+    paired_order = ", both windows seconds apart (`--order paired`)" if protocols.get("order") == "paired" else ""
+    lines = ["## HTTP/2, gRPC and WebSocket (closed loop)", "",
+             f"At saturation, as the main phase: the server pinned to CPU {meta.get('server_cpus')}, the load generator "
+             f"to CPU {meta.get('client_cpus')}, each fresh server primed on its scenarios and each window warmed up "
+             f"first. {protocols.get('h2load') or 'h2load (not installed: its scenarios were skipped)'} speaks HTTP/2 "
+             "with prior knowledge (h2c) to a server started "
+             "with `--protocols http2` (without TLS, Kestrel serves its default Http1AndHttp2 as HTTP/1.1 only); "
+             f"`grpc-unary` posts one gRPC message of {protocols['grpc_message_bytes']} bytes (its length prefix "
+             "before it) per call to the sample's echo method, verified once with curl (grpc-status 0, the message "
+             "echoed) and in every window by the bytes that came back (*short*: answers without the message). "
+             "benchmarks/wsload upgrades to WebSocket on a server with Kestrel's default and keeps one "
+             f"{protocols['ws_message_bytes']}-byte message in flight per connection, each echo checked byte for "
+             "byte: **msgs/s**. **CPU µs/req** is the server's CPU time over the window per answer (per echo); "
+             "**Client CPU**, the load generator's share of its CPUs (² at ≥ 95%: it may be the limit). "
+             f"**vs {baseline}**: the median over rounds of each round's ratio (min–max){paired_order}.", ""]
+    names = []
+    for s in protocols["scenarios"]:
+        unit = "msgs/s" if s["path"] == "/ws" else "req/s"
+        lines += [f"### {s['name']}: {s['title']}", "",
+                  f"| Configuration | Median {unit} | Min–max | vs {baseline} | CPU µs/req | vs {baseline} | Server CPU | "
+                  "Client CPU | Other load | Rounds | Errors |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+        base_rows = select(rows, scenario=s["name"], config=baseline)
+        for c in data["configs"]:
+            rs = select(rows, scenario=s["name"], config=c["name"])
+            if not rs:
+                why = reasons_for(data["events"], "protocols", c["name"], s["name"], "middleware")
+                if why:
+                    lines.append(f"| {c['name']} | – | – | – | – | – | – | – | – | 0 | {why} |")
+                continue
+            names.append(c["name"])
+            sm = Summary(rs)
+            load = fmt_pct(sm.load_util) + (" ²" if sm.load_util is not None and sm.load_util >= LOAD_BOUND_UTIL else "")
+            lines.append(
+                f"| {c['name']} | {fmt_int(sm.rps)} | {fmt_int(sm.rps_min)}–{fmt_int(sm.rps_max)} | "
+                f"{paired(rs, base_rows, lambda r: r['rps'])} | {fmt_us(sm.cpu)} | "
+                f"{paired(rs, base_rows, lambda r: r.get('cpu_us_per_request'))} | {fmt_pct(sm.server_util)} | {load} | "
+                f"{fmt_pct(sm.other_util)} | {sm.n} | {sm.errors_text()} |")
+        lines.append("")
+    return lines + not_measured(data, "protocols", names)
+
+
+def adaptive_twin(name: str) -> str:
+    """The ThreadPool row an Adaptive row is judged against: its name without "-adaptive" (linux-uring-adaptive:
+    linux-uring)."""
+    return name.replace("-adaptive", "")
+
+
 # Issue 32's targets for the new scheduling mode, checked for every configuration whose name says
 # "adaptive" against the reference rows of the same run (ratios of medians).
 ISSUE32_INLINE, ISSUE32_CEILING, ISSUE32_SOCKETS = "linux-inline", "ceiling", "sockets"
@@ -602,13 +661,15 @@ def issue32_targets(data: dict) -> list[str]:
     measurements = data["measurements"]
     candidates = [c["name"] for c in data["configs"] if "adaptive" in c["name"]
                   and select(measurements, config=c["name"])
-                  and any(m["phase"] in ("fixed", "mixed", "blocking") for m in select(measurements, config=c["name"]))]
+                  and any(m["phase"] in ("fixed", "mixed", "blocking", "protocols")
+                          for m in select(measurements, config=c["name"]))]
     if not candidates:
         return []
     lines = ["## Issue 32's targets", "",
              f"Each configuration named *adaptive* against `{ISSUE32_INLINE}`, `{ISSUE32_CEILING}` and "
-             f"`{ISSUE32_SOCKETS}` in this run: ratios of medians, **no** where missed. A ratio inside the rows' "
-             "min–max spread is not a result either way on a shared machine.", "",
+             f"`{ISSUE32_SOCKETS}` in this run: ratios of medians, **no** where missed; in the protocols phase, "
+             "against its ThreadPool twin (the same name without *-adaptive*), the median of per-round ratios "
+             "(min–max). A ratio inside the rows' min–max spread is not a result either way on a shared machine.", "",
              "| Configuration | Target | Where | Bound | Measured | Met |", "|---|---|---|---:|---:|---|"]
 
     def med(phase, config, value, **where):
@@ -655,6 +716,15 @@ def issue32_targets(data: dict) -> list[str]:
             if worst is not None:
                 row(name, "worst bystander wait", f"blocking, how={how}", f"< {fmt_latency(ISSUE32_WORST_WAIT_US)}",
                     fmt_latency(worst), worst < ISSUE32_WORST_WAIT_US)
+        twin = adaptive_twin(name)
+        for s in (data["meta"].get("protocols") or {}).get("scenarios", []) if twin != name else []:
+            rows = select(measurements, phase="protocols", scenario=s["name"])
+            ratios = paired_ratios(select(rows, config=name), select(rows, config=twin), lambda m: m["rps"])
+            if ratios:
+                # Three decimals: at 0.998× a "1.00×" beside "no" would read as a contradiction.
+                spread_text = f" ({min(ratios):.2f}–{max(ratios):.2f})" if len(ratios) > 1 else ""
+                row(name, f"throughput vs {twin}", f"protocols, {s['name']}", "≥ 1.00×",
+                    f"{median(ratios):.3f}×{spread_text}", median(ratios) >= 1.0)
     return lines + [""]
 
 
@@ -908,6 +978,7 @@ def write_markdown(out: Path, data: dict, charts: list[tuple[str, str]], chart_n
     lines += fixed_section(data)
     lines += mixed_section(data)
     lines += blocking_section(data)
+    lines += protocols_section(data)
     lines += issue32_targets(data)
     lines += hosting_section(data)
     lines += sweep_section(data)

@@ -9,10 +9,11 @@ using Microsoft.AspNetCore.Server.Kestrel.Transport.Sockets;
 using Microsoft.Extensions.Options;
 using TechEmpower;
 using TechEmpower.Platform;
+using TechEmpower.Protocols;
 using TechEmpower.Scenarios;
 
-// TechEmpower plaintext and JSON (and the app scenarios of the hosting-model comparisons) on Kestrel,
-// over the Linux transport by default. Run with --help for the options.
+// TechEmpower plaintext and JSON (and the app scenarios of the hosting-model comparisons, a gRPC service
+// and a WebSocket echo) on Kestrel, over the Linux transport by default. Run with --help for the options.
 
 ThreadPoolLog.StartIfRequested();
 
@@ -133,6 +134,10 @@ WebApplication app;
 if (options.Mode == SampleMode.Middleware)
 {
     builder.WebHost.UseUrls(options.Urls);
+    if (options.Protocols is HttpProtocols protocols)
+    {
+        builder.WebHost.ConfigureKestrel(kestrel => kestrel.ConfigureEndpointDefaults(listen => listen.Protocols = protocols));
+    }
 
     // MVC brings antiforgery, which brings Data Protection; the views post nothing, so its keys
     // stay in memory instead of being written to the user's profile on every start.
@@ -141,6 +146,12 @@ if (options.Mode == SampleMode.Middleware)
         .AddControllersWithViews()
         .AddXmlSerializerFormatters()
         .AddJsonOptions(o => o.JsonSerializerOptions.TypeInfoResolverChain.Insert(0, TechEmpowerJsonContext.Default));
+
+    // Without IgnoreUnknownServices gRPC maps a catch-all /{service}/{method} endpoint, which every two-segment
+    // path (/api/test) would then be matched against; the echo service keeps its own /techempower.Echo/{method}
+    // one, so that an unknown method of it answers UNIMPLEMENTED, as gRPC clients expect.
+    builder.Services.AddGrpc(o => o.IgnoreUnknownServices = true)
+        .AddServiceOptions<EchoService>(o => o.IgnoreUnknownServices = false);
 
     app = builder.Build();
 
@@ -155,6 +166,10 @@ if (options.Mode == SampleMode.Middleware)
 
     // Not a TechEmpower test: a handler that blocks its thread, for compare.sh's blocking phase.
     app.MapGet(BlockingEndpoint.Path, BlockingEndpoint.Handle);
+
+    // Nor these, for compare.sh's protocols phase: two more routes, which /plaintext and /json never reach.
+    app.MapGrpcService<EchoService>();
+    WebSocketEcho.Map(app);
 }
 else
 {
@@ -214,7 +229,8 @@ switch (options.Transport)
         break;
 }
 
-Console.WriteLine($"TechEmpower: {transport} mode={options.ModeName} urls={urls}");
+var protocolsText = options.Protocols is { } given ? $" protocols={given}" : string.Empty;
+Console.WriteLine($"TechEmpower: {transport} mode={options.ModeName}{protocolsText} urls={urls}");
 if (options.Transport == SampleTransport.Libuv && options.ListenUrls.Any(u => u.Kind == ListenUrlKind.UnixSocket))
 {
     // The comparator binds IP endpoints only; Kestrel gives the others to its Sockets transport.

@@ -1,6 +1,7 @@
 using System.Diagnostics.CodeAnalysis;
 using System.Globalization;
 using Kestrel.Transport.Linux;
+using Microsoft.AspNetCore.Server.Kestrel.Core;
 
 namespace TechEmpower;
 
@@ -57,7 +58,7 @@ public enum SampleMode
 
 /// <summary>
 /// The sample's command line: <c>--urls</c>, <c>--transport</c>, <c>--threads</c>, <c>--scheduling</c>,
-/// <c>--io</c>, <c>--tuning</c>, <c>--mode</c>, <c>--help</c>. Both <c>--name value</c> and <c>--name=value</c> are accepted; a repeated
+/// <c>--io</c>, <c>--tuning</c>, <c>--mode</c>, <c>--protocols</c>, <c>--help</c>. Both <c>--name value</c> and <c>--name=value</c> are accepted; a repeated
 /// option keeps its last value. Unknown options, unknown values and contradictory combinations are errors.
 /// </summary>
 public sealed class SampleOptions
@@ -100,6 +101,11 @@ public sealed class SampleOptions
                                        /html and /api/test.
                                      platform: a connection handler that parses HTTP/1.1 on the
                                        transport's pipes; /plaintext and /json only.
+          --protocols http1|http2|http1andhttp2
+                                     middleware mode: the endpoints' HTTP versions (Kestrel's
+                                     ListenOptions.Protocols). http2 serves HTTP/2 with prior
+                                     knowledge (h2c) only, which gRPC and h2load need; without TLS
+                                     Kestrel serves http1andhttp2 (its default) as HTTP/1.1 only.
           --tuning NAME=VALUE[,...]  linux, for benchmarks only: sets the transport's internal measurement
                                      switches (DeferSend, SendFromThreadPool, CoalesceThreadPoolSends,
                                      MaxBytesPerRead, SchedBatchLoops, TcpQuickAck,
@@ -131,6 +137,9 @@ public sealed class SampleOptions
 
     /// <summary>What serves the requests.</summary>
     public SampleMode Mode { get; private set; } = SampleMode.Middleware;
+
+    /// <summary>The endpoints' HTTP versions in middleware mode, or null for Kestrel's default.</summary>
+    public HttpProtocols? Protocols { get; private set; }
 
     /// <summary>The Linux transport's I/O backend, or null for its default.</summary>
     public IoBackend? Io { get; private set; }
@@ -287,6 +296,25 @@ public sealed class SampleOptions
 
                     break;
 
+                case "PROTOCOLS":
+                    switch (value.ToUpperInvariant())
+                    {
+                        case "HTTP1":
+                            result.Protocols = HttpProtocols.Http1;
+                            break;
+                        case "HTTP2":
+                            result.Protocols = HttpProtocols.Http2;
+                            break;
+                        case "HTTP1ANDHTTP2":
+                            result.Protocols = HttpProtocols.Http1AndHttp2;
+                            break;
+                        default:
+                            error = $"Unknown protocols '{value}': expected 'http1', 'http2' or 'http1andhttp2'.";
+                            return false;
+                    }
+
+                    break;
+
                 case "IO":
                     switch (value.ToUpperInvariant())
                     {
@@ -328,6 +356,12 @@ public sealed class SampleOptions
         if (result.Transport != SampleTransport.Linux && (result.Io is not null || result.Tuning is not null))
         {
             error = $"Options '--io' and '--tuning' apply to the linux transport only, not to '{result.TransportName}'.";
+            return false;
+        }
+
+        if (result.Mode == SampleMode.Platform && result.Protocols is not null)
+        {
+            error = "Option '--protocols' applies to middleware mode only: platform mode's handler speaks HTTP/1.1 itself.";
             return false;
         }
 

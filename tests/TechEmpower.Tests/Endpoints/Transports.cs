@@ -32,3 +32,17 @@ public sealed class Sockets_inline_platform(SocketsInlinePlatformFixture sample)
 public sealed class Libuv_middleware(LibuvMiddlewareFixture sample) : MiddlewareEndpoints<LibuvMiddlewareFixture>(sample);
 
 public sealed class Libuv_platform(LibuvPlatformFixture sample) : PlatformEndpoints<LibuvPlatformFixture>(sample);
+
+// HTTP/2 only (--protocols http2): h2c with prior knowledge and gRPC, on the Linux transport's schedulings and engines
+// and on Sockets.
+
+public sealed class Linux_h2c(LinuxH2cFixture sample) : Http2Endpoints<LinuxH2cFixture>(sample);
+
+public sealed class Linux_adaptive_h2c(LinuxAdaptiveH2cFixture sample) : Http2Endpoints<LinuxAdaptiveH2cFixture>(sample);
+
+public sealed class Linux_io_uring_h2c(LinuxIoUringH2cFixture sample) : Http2Endpoints<LinuxIoUringH2cFixture>(sample);
+
+public sealed class Linux_io_uring_adaptive_h2c(LinuxIoUringAdaptiveH2cFixture sample)
+    : Http2Endpoints<LinuxIoUringAdaptiveH2cFixture>(sample);
+
+public sealed class Sockets_h2c(SocketsH2cFixture sample) : Http2Endpoints<SocketsH2cFixture>(sample);

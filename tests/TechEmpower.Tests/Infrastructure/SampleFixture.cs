@@ -9,6 +9,7 @@ namespace TechEmpower.Tests.Infrastructure;
 /// One running sample per transport and mode, shared by a test class: started once, listening on a
 /// kernel-picked loopback port and on a Unix socket, and killed (with its process tree) at the end.
 /// Its first request is the readiness check, and its Date header is kept for the 3-second Date test.
+/// With <c>--protocols http2</c> it serves HTTP/2 with prior knowledge (h2c) only, and so does its client.
 /// </summary>
 public abstract class SampleFixture : IAsyncLifetime, IAsyncDisposable
 {
@@ -18,10 +19,12 @@ public abstract class SampleFixture : IAsyncLifetime, IAsyncDisposable
     /// <summary>Configures the sample to start.</summary>
     /// <param name="transport">The <c>--transport</c> value.</param>
     /// <param name="mode">The <c>--mode</c> value.</param>
-    protected SampleFixture(string transport, string mode)
+    /// <param name="protocols">The <c>--protocols</c> value, or null to leave Kestrel's default.</param>
+    protected SampleFixture(string transport, string mode, string? protocols = null)
     {
         Transport = transport;
         Mode = mode;
+        Protocols = protocols;
         // Named after the fixture, not the transport and mode: several fixtures run the same transport and mode with
         // other options (--io aio, --io io_uring), in parallel, and must not share a socket path.
         UnixSocketPath = Path.Combine(Path.GetTempPath(), $"te-tests-{Environment.ProcessId}-{GetType().Name}.sock");
@@ -32,6 +35,12 @@ public abstract class SampleFixture : IAsyncLifetime, IAsyncDisposable
 
     /// <summary>The <c>--mode</c> value.</summary>
     public string Mode { get; }
+
+    /// <summary>The <c>--protocols</c> value, or null.</summary>
+    public string? Protocols { get; }
+
+    /// <summary>The HTTP version <see cref="Client"/> speaks, and nothing else: 2.0 with <c>--protocols http2</c>.</summary>
+    public Version ClientVersion => Protocols == "http2" ? HttpVersion.Version20 : HttpVersion.Version11;
 
     /// <summary>The Unix socket the sample listens on besides TCP.</summary>
     public string UnixSocketPath { get; }
@@ -45,7 +54,7 @@ public abstract class SampleFixture : IAsyncLifetime, IAsyncDisposable
     /// <summary>The Unix socket URL the sample reported.</summary>
     public string UnixUrl => Sample.Urls.Single(u => u.StartsWith("http://unix:", StringComparison.Ordinal));
 
-    /// <summary>An HTTP/1.1 client for <see cref="TcpUrl"/>.</summary>
+    /// <summary>A client for <see cref="TcpUrl"/> that speaks <see cref="ClientVersion"/> only (h2c with prior knowledge for 2.0).</summary>
     public HttpClient Client => _client ?? throw new InvalidOperationException("The sample has not started.");
 
     /// <summary>The Date header of the first response.</summary>
@@ -66,8 +75,9 @@ public abstract class SampleFixture : IAsyncLifetime, IAsyncDisposable
         CheckPrerequisites();
         File.Delete(UnixSocketPath);
 
+        string[] protocols = Protocols is null ? [] : ["--protocols", Protocols];
         _sample = await SampleProcess.StartAsync(
-            ["--urls", $"http://127.0.0.1:0;http://unix:{UnixSocketPath}", "--transport", Transport, "--mode", Mode, .. ExtraArguments],
+            ["--urls", $"http://127.0.0.1:0;http://unix:{UnixSocketPath}", "--transport", Transport, "--mode", Mode, .. protocols, .. ExtraArguments],
             new Dictionary<string, string?>
             {
                 // sockets-inline must set this for itself; the others must run without it.
@@ -78,7 +88,7 @@ public abstract class SampleFixture : IAsyncLifetime, IAsyncDisposable
         {
             BaseAddress = new Uri(TcpUrl),
             Timeout = TestTimeouts.Request,
-            DefaultRequestVersion = HttpVersion.Version11,
+            DefaultRequestVersion = ClientVersion,
             DefaultVersionPolicy = HttpVersionPolicy.RequestVersionExact,
         };
 
@@ -111,7 +121,7 @@ public abstract class SampleFixture : IAsyncLifetime, IAsyncDisposable
 }
 
 /// <summary>The Linux transport (the sample's default).</summary>
-public abstract class LinuxFixture(string mode) : SampleFixture("linux", mode)
+public abstract class LinuxFixture(string mode, string? protocols = null) : SampleFixture("linux", mode, protocols)
 {
     /// <inheritdoc />
     public override Regex ExpectedTransport { get; } = new(@"^TechEmpower: transport=linux threads=\d+ scheduling=ThreadPool io=Epoll ");
@@ -132,7 +142,7 @@ public abstract class LinuxAioFixture(string mode) : SampleFixture("linux", mode
 }
 
 /// <summary>The Linux transport on its io_uring engine (<c>--io io_uring</c>), with the sample's other defaults.</summary>
-public abstract class LinuxIoUringFixture(string mode) : SampleFixture("linux", mode)
+public abstract class LinuxIoUringFixture(string mode, string? protocols = null) : SampleFixture("linux", mode, protocols)
 {
     /// <inheritdoc />
     public override Regex ExpectedTransport { get; } = new(@"^TechEmpower: transport=linux threads=\d+ scheduling=ThreadPool io=IoUring ");
@@ -142,7 +152,7 @@ public abstract class LinuxIoUringFixture(string mode) : SampleFixture("linux", 
 }
 
 /// <summary>The Linux transport with Adaptive scheduling (<c>--scheduling adaptive</c>), with the sample's other defaults.</summary>
-public abstract class LinuxAdaptiveFixture(string mode) : SampleFixture("linux", mode)
+public abstract class LinuxAdaptiveFixture(string mode, string? protocols = null) : SampleFixture("linux", mode, protocols)
 {
     /// <inheritdoc />
     public override Regex ExpectedTransport { get; } = new(@"^TechEmpower: transport=linux threads=\d+ scheduling=Adaptive io=Epoll ");
@@ -151,8 +161,21 @@ public abstract class LinuxAdaptiveFixture(string mode) : SampleFixture("linux",
     protected override IReadOnlyList<string> ExtraArguments => ["--scheduling", "adaptive"];
 }
 
+/// <summary>
+/// The Linux transport with Adaptive scheduling on io_uring (<c>--scheduling adaptive --io io_uring</c>): each ring is
+/// set up so that it can follow its loop to another thread.
+/// </summary>
+public abstract class LinuxIoUringAdaptiveFixture(string mode, string? protocols = null) : SampleFixture("linux", mode, protocols)
+{
+    /// <inheritdoc />
+    public override Regex ExpectedTransport { get; } = new(@"^TechEmpower: transport=linux threads=\d+ scheduling=Adaptive io=IoUring ");
+
+    /// <inheritdoc />
+    protected override IReadOnlyList<string> ExtraArguments => ["--scheduling", "adaptive", "--io", "io_uring"];
+}
+
 /// <summary>Kestrel's Sockets transport, default options.</summary>
-public abstract class SocketsFixture(string mode) : SampleFixture("sockets", mode)
+public abstract class SocketsFixture(string mode, string? protocols = null) : SampleFixture("sockets", mode, protocols)
 {
     /// <inheritdoc />
     public override Regex ExpectedTransport { get; } =
@@ -218,4 +241,14 @@ public sealed class SocketsInlinePlatformFixture() : SocketsInlineFixture("platf
 public sealed class LibuvMiddlewareFixture() : LibuvFixture("middleware");
 
 public sealed class LibuvPlatformFixture() : LibuvFixture("platform");
+
+public sealed class LinuxH2cFixture() : LinuxFixture("middleware", "http2");
+
+public sealed class LinuxAdaptiveH2cFixture() : LinuxAdaptiveFixture("middleware", "http2");
+
+public sealed class LinuxIoUringH2cFixture() : LinuxIoUringFixture("middleware", "http2");
+
+public sealed class LinuxIoUringAdaptiveH2cFixture() : LinuxIoUringAdaptiveFixture("middleware", "http2");
+
+public sealed class SocketsH2cFixture() : SocketsFixture("middleware", "http2");
 #pragma warning restore CA1711

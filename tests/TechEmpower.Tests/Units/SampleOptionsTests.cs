@@ -1,3 +1,5 @@
+using Microsoft.AspNetCore.Server.Kestrel.Core;
+
 namespace TechEmpower.Tests.Units;
 
 public sealed class SampleOptionsTests
@@ -115,6 +117,15 @@ public sealed class SampleOptionsTests
     public void Io_accepts_each_backend(string value, Kestrel.Transport.Linux.IoBackend expected) =>
         Assert.Equal(expected, Parse("--io", value).Io);
 
+    /// <summary>Unset, Kestrel keeps its default (Http1AndHttp2, which without TLS serves HTTP/1.1 only).</summary>
+    [Theory]
+    [InlineData(null, null)]
+    [InlineData("http1", HttpProtocols.Http1)]
+    [InlineData("http2", HttpProtocols.Http2)]
+    [InlineData("Http1AndHttp2", HttpProtocols.Http1AndHttp2)]
+    public void Protocols_accepts_each_set_of_versions(string? value, HttpProtocols? expected) =>
+        Assert.Equal(expected, (value is null ? Parse() : Parse("--protocols", value)).Protocols);
+
     [Fact]
     public void Io_and_tuning_are_unset_by_default()
     {
@@ -147,8 +158,8 @@ public sealed class SampleOptionsTests
     {
         foreach (var text in new[]
         {
-            "--urls", "--transport", "--threads", "--scheduling", "--io", "--tuning", "--mode", "--help", "epoll", "aio",
-            "linux", "sockets", "sockets-inline", "libuv", "threadpool", "inline", "middleware", "platform",
+            "--urls", "--transport", "--threads", "--scheduling", "--io", "--tuning", "--mode", "--protocols", "--help", "epoll", "aio",
+            "linux", "sockets", "sockets-inline", "libuv", "threadpool", "inline", "middleware", "platform", "http1andhttp2",
             "http://unix:/PATH", "DOTNET_SYSTEM_NET_SOCKETS_INLINE_COMPLETIONS",
         })
         {
@@ -182,6 +193,8 @@ public sealed class SampleOptionsTests
     [InlineData("apply to the linux transport only", "--transport", "libuv", "--tuning", "DeferSend=false")]
     [InlineData("plain HTTP only", "--urls", "https://*:8443")]
     [InlineData("localhost needs a fixed port", "--mode", "platform", "--urls", "http://localhost:0")]
+    [InlineData("Unknown protocols 'h2c'", "--protocols", "h2c")]
+    [InlineData("applies to middleware mode only", "--mode", "platform", "--protocols", "http2")]
     public void Bad_command_lines_are_refused_with_a_message_naming_the_problem(string message, params string[] args) =>
         Assert.Contains(message, Fails(args), StringComparison.Ordinal);
 
