@@ -21,6 +21,7 @@ internal sealed class ConnectionLifetime(LinuxConnection connection) : IDisposab
     private readonly LinuxConnection _connection = connection;
     private readonly CancellationTokenSource _connectionClosed = new();
     private readonly TaskCompletionSource _released = new(TaskCreationOptions.RunContinuationsAsynchronously);
+    private readonly TaskCompletionSource _callbacksRan = new(TaskCreationOptions.RunContinuationsAsynchronously);
     private ConnectionAbortedException? _abortReason;
     private int _closedFired;
     private int _callbacksState;
@@ -32,6 +33,12 @@ internal sealed class ConnectionLifetime(LinuxConnection connection) : IDisposab
 
     /// <summary>Completes once the socket is closed and the transport has let go of both pipes.</summary>
     public Task Released => _released.Task;
+
+    /// <summary>
+    /// Completes once the ConnectionClosed callbacks have run, if they were fired: the token must not be disposed
+    /// before (a callback registered by the app would then never run, as Cancel on a disposed source throws).
+    /// </summary>
+    public Task ClosedCallbacksRan => Volatile.Read(ref _closedFired) != 0 ? _callbacksRan.Task : Task.CompletedTask;
 
     /// <summary>Why the connection was aborted, when it was.</summary>
     public ConnectionAbortedException? AbortReason => Volatile.Read(ref _abortReason);
@@ -166,6 +173,7 @@ internal sealed class ConnectionLifetime(LinuxConnection connection) : IDisposab
             {
             }
 
+            lifetime._callbacksRan.TrySetResult();
             if (Interlocked.Exchange(ref lifetime._callbacksState, CallbacksDone) == CallbacksWaiting)
             {
                 lifetime._connection.Loop.Post(static s => ((LinuxConnection)s!).Send.CompleteHeldOutput(), lifetime._connection);

@@ -156,6 +156,7 @@ internal sealed class LinuxConnection : ConnectionContext,
         Transport.Output.Complete();
         Loop.Post(static s => ((LinuxConnection)s!).Lifetime.EndGracefully(), this);
         await Lifetime.Released;
+        await Lifetime.ClosedCallbacksRan;
         Lifetime.Dispose();
         await base.DisposeAsync();
     }
