@@ -28,7 +28,7 @@ namespace Kestrel.Transport.Linux.Loop;
 /// </remarks>
 internal sealed class LoopMonitor : IDisposable
 {
-    /// <summary>Looks without any continuation before the monitor parks (with the default interval, 8 ms).</summary>
+    /// <summary>Looks without any continuation before the monitor parks (with the default intervals, about 50 ms: 1, 2, 4, then 8 ms apart).</summary>
     private const int IdleLooksBeforeParking = 8;
 
     private readonly int _interval;
