@@ -8,7 +8,6 @@ using Kestrel.Transport.Linux.Engines;
 using Kestrel.Transport.Linux.Interop;
 using Kestrel.Transport.Linux.Listening;
 using Kestrel.Transport.Linux.Scheduling;
-using Microsoft.AspNetCore.Connections;
 using Microsoft.Extensions.Logging;
 
 namespace Kestrel.Transport.Linux.Loop;
@@ -39,27 +38,18 @@ internal sealed class EventLoop : PipeScheduler
     /// <summary>A pass that takes longer than this (50 ms) is counted and logged as a long one: something held the loop's thread.</summary>
     private static readonly long s_longPass = Stopwatch.Frequency / 20;
 
-    /// <summary>
-    /// How long a stop that resets the connections waits for the kernel's notifications of their zero-copy sends,
-    /// which follow a reset as soon as the NIC has sent what it held (ConnectionLifetime.Abandon after that).
-    /// </summary>
-    internal const int ZeroCopyStopWaitMs = 2000;
-
     private readonly ThreadPoolDispatchQueue? _dispatchQueue;
     private readonly LoopWakeup _wakeup;
     private readonly Acceptor _acceptor;
     private readonly Thread _thread;
     private readonly ConcurrentQueue<ScheduledWork> _workQueue = new();
     private readonly TaskCompletionSource _stopped = new(TaskCreationOptions.RunContinuationsAsynchronously);
-    private readonly HashSet<LinuxConnection> _connections = [];
+    private readonly LoopConnections _connections;
     private readonly PassBatches _batches;
 
     /// <summary><see cref="LinuxTransportOptions.SpinBeforeSleepMicroseconds"/> in <see cref="Stopwatch"/> ticks (0: off).</summary>
     private readonly long _spinTicks;
 
-    private bool _stopRequested;
-    private bool _abortOnStop;
-    private long _abortDeadline;
     private bool _exited;
     private bool _engineStarted;
     private int _threadId;
@@ -93,6 +83,7 @@ internal sealed class EventLoop : PipeScheduler
         _wakeup = new LoopWakeup(Engine);
         SocketOptions = new AcceptedSocketOptions(options, logger, index);
         _acceptor = new Acceptor(this, SocketOptions);
+        _connections = new LoopConnections(this);
         _batches = new PassBatches(Engine, metrics, deferSends: options.Tuning.DeferSend);
         _spinTicks = options.SpinBeforeSleepMicroseconds * Stopwatch.Frequency / 1_000_000;
 
@@ -233,13 +224,7 @@ internal sealed class EventLoop : PipeScheduler
     public void Stop(bool abortConnections) => Post(static s =>
     {
         var (loop, abort) = ((EventLoop, bool))s!;
-        loop._stopRequested = true;
-        if (abort)
-        {
-            loop._abortOnStop = true;
-            loop._abortDeadline = Environment.TickCount64 + ZeroCopyStopWaitMs;
-            loop.AbortAll("The Linux transport is shutting down.");
-        }
+        loop._connections.RequestStop(abort);
     }, (this, abortConnections));
 
     /// <summary>Runs <paramref name="action"/> on this loop's thread during its next pass.</summary>
@@ -294,7 +279,7 @@ internal sealed class EventLoop : PipeScheduler
     {
         var r = (ListenRegistration)s!;
         var loop = r.Loop;
-        if (loop._stopRequested && loop._abortOnStop)
+        if (loop._connections.Aborting)
         {
             r.Added.TrySetResult();
             return;
@@ -312,36 +297,11 @@ internal sealed class EventLoop : PipeScheduler
     /// <summary>Queues a send for the end of this pass (loop thread only).</summary>
     public void QueueSend(IBatchOwner send) => _batches.QueueSend(send);
 
-    /// <summary>A new connection of this loop: registered once, edge-triggered, for everything it will wait on.</summary>
-    public void Register(LinuxConnection connection)
-    {
-        _connections.Add(connection);
-        Metrics.CurrentConnections.Add(1);
-        Metrics.TotalConnections.Add(1);
-        var result = Engine.Register(connection.Fd, connection, LinuxConnection.RegistrationEvents);
-        if (result.IsError)
-        {
-            connection.Fault(Errno.ToException(result.Error, "epoll_ctl(ADD)"));
-        }
-    }
+    /// <summary>A new connection of this loop (loop thread only): see <see cref="LoopConnections.Register"/>.</summary>
+    public void Register(LinuxConnection connection) => _connections.Register(connection);
 
-    /// <summary>
-    /// Forgets a connection and closes its socket (loop thread only), under the send lock: a pool thread that is
-    /// sending holds it, and once the socket reads as closed none sends again.
-    /// </summary>
-    public void Close(LinuxConnection connection)
-    {
-        lock (connection.Send.Lock)
-        {
-            connection.DisposeSocketForOptions();
-            Engine.Close(connection.Socket, connection);
-        }
-
-        if (_connections.Remove(connection))
-        {
-            Metrics.CurrentConnections.Add(-1);
-        }
-    }
+    /// <summary>Forgets a connection and closes its socket (loop thread only): see <see cref="LoopConnections.Close"/>.</summary>
+    public void Close(LinuxConnection connection) => _connections.Close(connection);
 
     /// <summary>Counts bytes a pool thread sent for one of this loop's connections (any thread).</summary>
     public void AddBytesSentOffLoop(long bytes) => Interlocked.Add(ref _bytesSentOffLoop, bytes);
@@ -438,7 +398,7 @@ internal sealed class EventLoop : PipeScheduler
                 _dispatchQueue?.HelpIfStalled();
                 EndPass(passStarted);
 
-                if (_stopRequested && ReadyToExit())
+                if (_connections.ReadyToExit(_acceptor.Count))
                 {
                     break;
                 }
@@ -535,17 +495,16 @@ internal sealed class EventLoop : PipeScheduler
     private int ComputeTimeout(out bool polling)
     {
         polling = false;
-        if (_batches.HasQueued || !_workQueue.IsEmpty || HasContinuations || (_stopRequested && ReadyToExit()))
+        if (_batches.HasQueued || !_workQueue.IsEmpty || HasContinuations || _connections.ReadyToExit(_acceptor.Count))
         {
             return 0;
         }
 
         int timeout = _acceptor.MillisecondsToNextRetry;
 
-        // Reset connections whose close waits for zero-copy notifications hold up a stop only so long.
-        if (_abortOnStop && _connections.Count > 0)
+        int left = _connections.MillisecondsToAbortDeadline();
+        if (left >= 0)
         {
-            int left = (int)Math.Clamp(_abortDeadline - Environment.TickCount64, 0, ZeroCopyStopWaitMs);
             timeout = timeout < 0 ? left : Math.Min(timeout, left);
         }
 
@@ -562,10 +521,6 @@ internal sealed class EventLoop : PipeScheduler
     }
 
     private bool HasContinuations => Continuations is { IsEmpty: false };
-
-    private bool ReadyToExit() => _abortOnStop
-        ? _connections.Count == 0 || Environment.TickCount64 >= _abortDeadline
-        : _connections.Count == 0 && _acceptor.Count == 0;
 
     private void Dispatch(int index)
     {
@@ -601,32 +556,6 @@ internal sealed class EventLoop : PipeScheduler
         }
     }
 
-    private void AbortAll(string reason)
-    {
-        var aborted = new ConnectionAbortedException(reason);
-        foreach (var connection in _connections.ToArray())
-        {
-            connection.Lifetime.Abort(aborted);
-        }
-    }
-
-    private void AbandonZeroCopy()
-    {
-        int connections = 0;
-        int blocks = 0;
-        foreach (var connection in _connections.ToArray())
-        {
-            int kept = connection.Lifetime.Abandon();
-            connections += kept > 0 ? 1 : 0;
-            blocks += kept;
-        }
-
-        if (connections > 0)
-        {
-            TransportLog.ZeroCopyAbandoned(Logger, Index, blocks, connections);
-        }
-    }
-
     private void DrainToThreadPool()
     {
         while (_workQueue.TryDequeue(out var work))
@@ -639,11 +568,7 @@ internal sealed class EventLoop : PipeScheduler
 
     private void Shutdown()
     {
-        // Each abort closes and unregisters its connection (and counts it out of the meter), except those whose close
-        // waits for the kernel's zero-copy notifications: those go now, their blocks kept from the pool.
-        AbortAll("The Linux transport's event loop stopped.");
-        AbandonZeroCopy();
-        _connections.Clear();
+        _connections.EndAll();
         Metrics.Retire(this);
         _acceptor.ReleaseAll();
         Engine.Dispose();
