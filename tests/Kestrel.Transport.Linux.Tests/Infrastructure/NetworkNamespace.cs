@@ -86,9 +86,9 @@ internal static unsafe partial class NetworkNamespace
 
     /// <summary>
     /// Runs <paramref name="command"/> (tc, say) inside the namespace <paramref name="handle"/> holds, through
-    /// <c>nsenter --net</c> (util-linux), and fails with its output when it does not succeed.
+    /// <c>nsenter --net</c> (util-linux); returns what it printed, and fails with its output when it does not succeed.
     /// </summary>
-    public static void Execute(SafeFileHandle handle, params string[] command)
+    public static string Execute(SafeFileHandle handle, params string[] command)
     {
         var start = new ProcessStartInfo("nsenter")
         {
@@ -111,6 +111,8 @@ internal static unsafe partial class NetworkNamespace
             throw new InvalidOperationException(
                 $"'nsenter ... {string.Join(' ', command)}' failed in the test's network namespace: {stdout}{stderr}".TrimEnd());
         }
+
+        return stdout;
     }
 
     /// <summary>The process's threads that are in the namespace <paramref name="id"/>, by name.</summary>
