@@ -46,6 +46,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "target.h"
+
 // ---- histogram -------------------------------------------------------------------------------
 
 enum {
@@ -517,23 +519,9 @@ int main(int argc, char **argv)
         || drain < 0 || optind != argc)
         usage();
 
-    memset(&target, 0, sizeof target);
-    struct sockaddr_in *v4 = (struct sockaddr_in *)&target;
-    struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)&target;
     char host[128];
-    if (inet_pton(AF_INET, address, &v4->sin_addr) == 1) {
-        v4->sin_family = AF_INET;
-        v4->sin_port = htons((uint16_t)port);
-        target_len = sizeof *v4;
-        snprintf(host, sizeof host, "%s:%d", address, port);
-    } else if (inet_pton(AF_INET6, address, &v6->sin6_addr) == 1) {
-        v6->sin6_family = AF_INET6;
-        v6->sin6_port = htons((uint16_t)port);
-        target_len = sizeof *v6;
-        snprintf(host, sizeof host, "[%s]:%d", address, port);
-    } else {
+    if (parse_target(address, port, &target, &target_len, host, sizeof host) != 0)
         die("not a numeric address: %s", address);
-    }
     if (asprintf(&request, "GET %s HTTP/1.1\r\nHost: %s\r\n%s\r\n", path, host, headers) < 0)
         die("out of memory");
     request_len = strlen(request);

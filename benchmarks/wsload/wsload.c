@@ -33,6 +33,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../loadgen/target.h"
+
 enum {
     MAX_MESSAGE = 1 << 20,
     MAX_HEADER = 14,               // 2 + 8 bytes of 64-bit length + 4 bytes of mask
@@ -517,22 +519,8 @@ int main(int argc, char **argv)
         || strlen(path) > 256 || optind != argc)
         usage();
 
-    memset(&target, 0, sizeof target);
-    struct sockaddr_in *v4 = (struct sockaddr_in *)&target;
-    struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)&target;
-    if (inet_pton(AF_INET, address, &v4->sin_addr) == 1) {
-        v4->sin_family = AF_INET;
-        v4->sin_port = htons((uint16_t)port);
-        target_len = sizeof *v4;
-        snprintf(host, sizeof host, "%s:%d", address, port);
-    } else if (inet_pton(AF_INET6, address, &v6->sin6_addr) == 1) {
-        v6->sin6_family = AF_INET6;
-        v6->sin6_port = htons((uint16_t)port);
-        target_len = sizeof *v6;
-        snprintf(host, sizeof host, "[%s]:%d", address, port);
-    } else {
+    if (parse_target(address, port, &target, &target_len, host, sizeof host) != 0)
         die("not a numeric address: %s", address);
-    }
     if (getrandom(&rng, sizeof rng, 0) != sizeof rng)
         die("getrandom: %s", strerror(errno));
     rng |= 1;
