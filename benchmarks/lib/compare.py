@@ -11,7 +11,7 @@ It measures server configurations side by side on a shared, noisy machine, so:
 Phases (each its own interleaved rounds):
   main     wrk scenarios against every configuration, pinned (server CPUs vs load CPUs);
   latency  open-loop latency with benchmarks/loadgen at a fixed rate;
-  hosting  Kestrel direct, behind nginx (TCP and Unix-socket upstream) and behind Caddy;
+  hosting  Kestrel direct, behind nginx (TCP and Unix-socket upstream) and behind Caddy (hosting.py);
   sweep    ThreadCount 1/2/4, unpinned;
   fixed, mixed, blocking  below saturation, open loop (openloop.py): CPU and latency at fixed fractions
            of the baseline's rate; small requests beside bulk downloads on one loop; bystanders of a
@@ -26,19 +26,16 @@ results.csv and the charts.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import datetime
 import json
 import math
 import os
 import platform
-import random
 import re
 import resource
 import shlex
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -50,8 +47,11 @@ from pathlib import Path
 
 sys.dont_write_bytecode = True   # no __pycache__ in the source tree
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import hosting  # noqa: E402
 import openloop  # noqa: E402
 import protocols  # noqa: E402
+from procs import (CLK_TCK, STARTUP_TIMEOUT_S, PerfStat, Proc, cpu_busy_seconds, cpu_count, cpu_list, free_port,  # noqa: E402
+                   run_capture)
 import report  # noqa: E402
 import verify  # noqa: E402
 
@@ -61,14 +61,11 @@ BIN = ROOT / "artifacts" / "benchmarks" / "bin"
 SAMPLE_DLL = ROOT / "samples" / "TechEmpower" / "bin" / "Release" / "net10.0" / "TechEmpower.dll"
 PIPELINE_LUA = LIB / "pipeline.lua"
 USAGE_EXIT_CODE = 2                 # the sample's exit code for a command line it does not accept
-STARTUP_TIMEOUT_S = 30.0
-STOP_TIMEOUT_S = 5.0
 ERROR_TOLERANCE = 0.001            # --quick fails when errors exceed 0.1% of a measurement's requests
 LATENCY_RATE_DIVISOR = 6           # the open-loop rate: the baseline's closed-loop json-256 rate over this
 STRIPPED_ENV_PREFIXES = ("Kestrel__", "ASPNETCORE_", "DOTNET_SYSTEM_NET_SOCKETS_", "DOTNET_ThreadPool_")
 CORE_PATHS = ["/plaintext", "/json"]
 APP_PATHS = ["/text", "/json-object", "/xml", "/html", "/api/test"]
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 BULK_RESPONSE_BYTES = 64 * 1024     # responses this large per request also get MiB/s (what wrk received)
 
 
@@ -245,168 +242,6 @@ PROTOCOL_SCENARIOS = [
     Scenario("ws-echo", f"WebSocket echo of {protocols.WS_MESSAGE_BYTES}-byte messages, 16 connections, one message "
              "in flight each (wsload)", protocols.WS_PATH, 16),
 ]
-
-
-# ---- processes ------------------------------------------------------------------------------
-
-_libc = ctypes.CDLL(None, use_errno=True)
-PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:
-    # If this runner is killed outright (SIGKILL), its servers must not outlive it.
-    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-
-
-class Proc:
-    """A started process in its own process group (so a proxy's workers are stopped with it)."""
-
-    live: list["Proc"] = []
-
-    def __init__(self, name: str, argv: list[str], env: dict[str, str], log_path: Path) -> None:
-        self.name = name
-        self.argv = argv
-        self.log_path = log_path
-        self._log = open(log_path, "wb")
-        self.popen = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=self._log,
-                                      stderr=subprocess.STDOUT, start_new_session=True,
-                                      preexec_fn=_die_with_parent)
-        self.pid = self.popen.pid
-        Proc.live.append(self)
-
-    def alive(self) -> bool:
-        return self.popen.poll() is None
-
-    def log_text(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")
-        except OSError:
-            return ""
-
-    def cpu_seconds(self) -> float:
-        """utime + stime of every process in this process group (all threads), from /proc."""
-        ticks = 0
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry}/stat", "rb") as f:
-                    data = f.read()
-            except OSError:
-                continue
-            fields = data[data.rindex(b")") + 2:].split()
-            # fields[0] is field 3 (state): pgrp is field 5, utime 14, stime 15
-            if int(fields[2]) == self.pid:
-                ticks += int(fields[11]) + int(fields[12])
-        return ticks / CLK_TCK
-
-    def stop(self) -> None:
-        if self in Proc.live:
-            Proc.live.remove(self)
-        for sig, grace in ((signal.SIGTERM, STOP_TIMEOUT_S), (signal.SIGKILL, 2.0)):
-            try:
-                os.killpg(self.pid, sig)
-            except ProcessLookupError:
-                pass
-            try:
-                self.popen.wait(timeout=grace)
-            except subprocess.TimeoutExpired:
-                continue
-            if not self._group_members():
-                break
-        else:
-            print(f"compare: warning: {self.name} (pid {self.pid}) did not stop", file=sys.stderr)
-        self._log.close()
-
-    def _group_members(self) -> bool:
-        try:
-            os.killpg(self.pid, 0)
-            return True
-        except ProcessLookupError:
-            return False
-
-    @classmethod
-    def stop_all(cls) -> None:
-        for proc in list(cls.live):
-            proc.stop()
-
-
-class PerfStat:
-    """`perf stat` attached to a running server for one measured window: its context switches and
-    system calls (all threads that exist when it attaches; the thread pool rarely adds one after the
-    warm-up). Counts are absolute; the caller divides them by the requests answered."""
-
-    EVENTS = {"context-switches": "switches_per_request", "raw_syscalls:sys_enter": "syscalls_per_request"}
-
-    def __init__(self, pid: int) -> None:
-        self.popen = subprocess.Popen(
-            ["perf", "stat", "-x", ",", "-e", ",".join(self.EVENTS), "-p", str(pid)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        time.sleep(0.05)  # attached before the window opens
-
-    def stop(self) -> dict[str, float]:
-        self.popen.send_signal(signal.SIGINT)
-        try:
-            _, err = self.popen.communicate(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.popen.kill()
-            return {}
-        counts = {}
-        for line in err.splitlines():
-            fields = line.split(",")
-            if len(fields) > 2 and fields[2] in self.EVENTS and fields[0].replace(".", "", 1).isdigit():
-                counts[fields[2]] = float(fields[0])
-        return counts
-
-
-def cpu_busy_seconds(cpus: list[int]) -> float:
-    """user + nice + system + steal time of the given CPUs, from /proc/stat (irq/softirq left out,
-    as they are in a process's own utime/stime)."""
-    ticks = 0
-    with open("/proc/stat") as f:
-        for line in f:
-            name, *values = line.split()
-            if name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in cpus:
-                user, nice, system = int(values[0]), int(values[1]), int(values[2])
-                steal = int(values[7]) if len(values) > 7 else 0
-                ticks += user + nice + system + steal
-    return ticks / CLK_TCK
-
-
-def cpu_list(cpus: str) -> list[int]:
-    result = []
-    for part in cpus.split(","):
-        if "-" in part:
-            lo, hi = part.split("-")
-            result.extend(range(int(lo), int(hi) + 1))
-        elif part.strip():
-            result.append(int(part))
-    return result
-
-
-def free_port(used: set[int]) -> int:
-    """A TCP port on 127.0.0.1 that nothing is bound to, below the ephemeral range wrk's own
-    connections use (so churn cannot collide with a listener)."""
-    for _ in range(1000):
-        port = random.randrange(20000, 32000)
-        if port in used:
-            continue
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-        used.add(port)
-        return port
-    raise RuntimeError("no free port in 20000-31999")
-
-
-def run_capture(argv: list[str], timeout: float = 10.0) -> str:
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
-        return (done.stdout + done.stderr).strip()
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"unavailable ({exc})"
 
 
 # ---- servers --------------------------------------------------------------------------------
@@ -997,121 +832,7 @@ class Runner:
                  f"p99.9 {lat['p99.9']:9.0f} us  ({result['achieved_rate']:.0f} req/s){flag}")
 
     def phase_hosting(self) -> None:
-        models = self.args.hosting
-        transports = [t for t in self.args.hosting_transports if t in self.by_name]
-        scenarios = HOSTING_SCENARIOS if not self.args.quick else [HOSTING_SCENARIOS[1]]
-        self.meta["hosting"] = {"models": models, "transports": transports,
-                                "scenarios": [s.as_dict() for s in scenarios]}
-        setups = [(m, t) for m in models for t in transports]
-        for model in models:
-            tool = {"nginx-tcp": "nginx", "nginx-unix": "nginx", "caddy": "caddy", "caddy-unix": "caddy"}.get(model)
-            if tool and not shutil.which(tool):
-                for t in transports:
-                    self.event("hosting", t, "skipped", f"{tool} is not installed", model)
-                setups = [(m, t) for m, t in setups if m != model]
-        for round_no in range(1, self.args.rounds + 1):
-            self.log(f"hosting: round {round_no}/{self.args.rounds}")
-            for model, transport in self.rotated(setups, round_no):
-                config = self.by_name[transport]
-                if self.skip(config, f"hosting:{model}"):
-                    continue
-                self.check_interrupted()
-                self.run_hosting(model, config, scenarios, round_no)
-            self.save()
-
-    def run_hosting(self, model: str, config: Config, scenarios: list[Scenario], round_no: int) -> None:
-        extra = {"hosting": model, "threads": None}
-        unix = model.endswith("-unix")
-        if unix:
-            backend = verify.Target("unix", path=str(self.tmp / f"kestrel-{self.server_count + 1}.sock"))
-        else:
-            backend = verify.Target("tcp", host="127.0.0.1", port=free_port(self.ports))
-        label = f"hosting-r{round_no}-{model}-{config.name}"
-        started = self.start_server(config, "middleware", backend, self.args.server_cpus, None, label)
-        proxy: Proc | None = None
-        try:
-            if started.state != "ok":
-                self.start_failed("hosting", config, f"hosting:{model}", started, model, round_no, None, extra)
-                return
-            if self.verify_server("hosting", config.name, backend, CORE_PATHS, round_no, None, extra) is None:
-                return
-            front = backend
-            if model != "direct":
-                front = verify.Target("tcp", host="127.0.0.1", port=free_port(self.ports))
-                proxy, reason = self.start_proxy(model, backend, front, label)
-                if proxy is None:
-                    self.event("hosting", config.name, "failed", reason, model, round_no, None, extra)
-                    return
-                if self.verify_server("hosting", config.name, front, CORE_PATHS, round_no, None, extra) is None:
-                    return
-            procs = {"server": started.proc}
-            if proxy:
-                procs["proxy"] = proxy
-            self.prime(f"http://127.0.0.1:{front.port}", scenarios, self.args.warmup_first, self.args.client_cpus,
-                       self.args.wrk_threads)
-            for scenario in scenarios:
-                if not self.measure("hosting", config.name, scenario, round_no, f"http://127.0.0.1:{front.port}",
-                                    procs, self.args.warmup, self.args.client_cpus, self.args.wrk_threads,
-                                    cpu_count(self.args.server_cpus), extra):
-                    return
-        finally:
-            if proxy:
-                proxy.stop()
-            if started.proc:
-                started.proc.stop()
-            if unix and os.path.exists(backend.path):
-                os.unlink(backend.path)
-
-    def start_proxy(self, model: str, backend: verify.Target, front: verify.Target,
-                    label: str) -> tuple[Proc | None, str]:
-        workdir = self.tmp / f"{label}-proxy"
-        workdir.mkdir(parents=True, exist_ok=True)
-        upstream_unix = backend.kind == "unix"
-        workers = cpu_count(self.args.server_cpus)
-        if model.startswith("nginx"):
-            for d in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"):
-                (workdir / d).mkdir(exist_ok=True)
-            template = (LIB / "nginx.conf.in").read_text()
-            conf = fill(template, {
-                "USER_LINE": "user root;" if os.geteuid() == 0 else "",
-                "WORKERS": str(workers), "DIR": str(workdir),
-                "UPSTREAM": f"unix:{backend.path}" if upstream_unix else f"127.0.0.1:{backend.port}",
-                "LISTEN": f"127.0.0.1:{front.port}"})
-            path = workdir / "nginx.conf"
-            path.write_text(conf)
-            shutil.copy(path, self.logs / f"{model}.nginx.conf")
-            argv = ["taskset", "-c", self.args.server_cpus, "nginx", "-p", str(workdir), "-c", str(path),
-                    "-e", str(workdir / "error.log")]
-        else:
-            template = (LIB / "Caddyfile.in").read_text()
-            conf = fill(template, {
-                "DIR": str(workdir), "PORT": str(front.port),
-                "UPSTREAM": f"unix/{backend.path}" if upstream_unix else f"127.0.0.1:{backend.port}"})
-            path = workdir / "Caddyfile"
-            path.write_text(conf)
-            shutil.copy(path, self.logs / f"{model}.Caddyfile")
-            argv = ["taskset", "-c", self.args.server_cpus, "caddy", "run", "--config", str(path),
-                    "--adapter", "caddyfile"]
-        env = dict(self.base_env)
-        env.update(HOME=str(workdir), XDG_DATA_HOME=str(workdir / "data"), XDG_CONFIG_HOME=str(workdir / "config"))
-        self.server_count += 1
-        proc = Proc(f"{model} proxy", argv, env, self.logs / f"{self.server_count:04d}-{label}-proxy.log")
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        while time.monotonic() < deadline:
-            self.check_interrupted()
-            if not proc.alive():
-                text = proc.log_text().strip()
-                error_log = workdir / "error.log"
-                if error_log.exists():
-                    text += " " + error_log.read_text(errors="replace").strip()
-                proc.stop()
-                return None, f"{model} exited with code {proc.popen.returncode}: {text[-400:]}"
-            if verify.answers(front, "/plaintext", timeout=1.0):
-                self.meta.setdefault("proxy_commands", {})[model] = shlex.join(argv)
-                return proc, ""
-            time.sleep(0.05)
-        proc.stop()
-        return None, f"{model} did not answer within {STARTUP_TIMEOUT_S:.0f} s"
+        hosting.phase_hosting(self, HOSTING_SCENARIOS, CORE_PATHS)
 
     def phase_sweep(self) -> None:
         transports = [t for t in self.args.sweep_transports if t in self.by_name]
@@ -1161,26 +882,6 @@ class Runner:
 
     def phase_protocols(self) -> None:
         protocols.phase_protocols(self, PROTOCOL_SCENARIOS)
-
-
-def fill(template: str, values: dict[str, str]) -> str:
-    for key, value in values.items():
-        template = template.replace("@" + key + "@", value)
-    leftover = re.findall(r"@[A-Z_]+@", template)
-    if leftover:
-        raise RuntimeError(f"unfilled template placeholders {leftover}")
-    return template
-
-
-def cpu_count(cpus: str) -> int:
-    count = 0
-    for part in cpus.split(","):
-        if "-" in part:
-            lo, hi = part.split("-")
-            count += int(hi) - int(lo) + 1
-        elif part.strip():
-            count += 1
-    return max(1, count)
 
 
 # ---- machine description --------------------------------------------------------------------

@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING
 import verify
 
 if TYPE_CHECKING:
-    from compare import MainServer, Proc, Runner, Scenario
+    from compare import MainServer, Runner, Scenario
+    from procs import Proc
 
 FIXED_BASE_WINDOWS = 3          # wrk windows of the baseline, per scenario, whose median is the saturated rate
 MIXED_WRK_LEAD_S = 0.5          # the downloads start this long before the small requests' warm-up
