@@ -74,7 +74,8 @@ public sealed class PortTests(ITestOutputHelper output)
                     Assert.True(response.StartsWith("HTTP/1.1 200 ", StringComparison.Ordinal) && response.Contains(name, StringComparison.Ordinal), $"Round {round}: unexpected response '{response}'.");
                 }
 
-                Assert.True(await WaitForTimeWaitAsync(port), $"Round {round}: no connection on port {port} reached TIME_WAIT, so the rebind would not prove the point.");
+                var (found, seen) = await WaitForTimeWaitAsync(port);
+                Assert.True(found, $"Round {round}: no connection on port {port} reached TIME_WAIT, so the rebind would not prove the point. Its entries in /proc/net/tcp[6] at the last look (local, remote, state): {(seen.Count == 0 ? "none" : string.Join("; ", seen))}. {SocketSummary()}");
                 timeWaits++;
             }
         }
@@ -83,27 +84,44 @@ public sealed class PortTests(ITestOutputHelper output)
         Assert.Equal(20, timeWaits);
     }
 
-    /// <summary>Polls /proc/net/tcp and tcp6 for a TIME_WAIT (state 06) entry whose local port is <paramref name="port"/>.</summary>
-    private static async Task<bool> WaitForTimeWaitAsync(int port)
+    /// <summary>
+    /// Polls /proc/net/tcp and tcp6 for a TIME_WAIT (state 06) entry whose local port is <paramref name="port"/>, for 5 s;
+    /// returns whether one appeared, and the port's entries at the last look (for the failure message).
+    /// </summary>
+    private static async Task<(bool Found, List<string> Seen)> WaitForTimeWaitAsync(int port)
     {
         var hexPort = port.ToString("X4", CultureInfo.InvariantCulture);
-        for (var attempt = 0; attempt < 100; attempt++)
+        var seen = new List<string>();
+        var deadline = DateTime.UtcNow + TimeSpan.FromSeconds(5);
+        do
         {
+            seen.Clear();
             foreach (var table in new[] { "/proc/net/tcp", "/proc/net/tcp6" })
             {
                 foreach (var line in File.ReadLines(table).Skip(1))
                 {
                     var fields = line.Split(' ', StringSplitOptions.RemoveEmptyEntries);
-                    if (fields.Length > 3 && fields[1].EndsWith(":" + hexPort, StringComparison.Ordinal) && fields[3] == "06")
+                    if (fields.Length > 3 && fields[1].EndsWith(":" + hexPort, StringComparison.Ordinal))
                     {
-                        return true;
+                        if (fields[3] == "06")
+                        {
+                            return (true, seen);
+                        }
+
+                        seen.Add($"{fields[1]} {fields[2]} {fields[3]}");
                     }
                 }
             }
 
             await Task.Delay(20);
         }
+        while (DateTime.UtcNow < deadline);
 
-        return false;
+        return (false, seen);
     }
+
+    /// <summary>The TCP line of /proc/net/sockstat (sockets in use, orphans, TIME_WAIT) and the TIME_WAIT limit.</summary>
+    private static string SocketSummary()
+        => $"{File.ReadLines("/proc/net/sockstat").FirstOrDefault(l => l.StartsWith("TCP:", StringComparison.Ordinal))}; " +
+           $"tcp_max_tw_buckets {File.ReadAllText("/proc/sys/net/ipv4/tcp_max_tw_buckets").Trim()}";
 }
