@@ -16,8 +16,9 @@ public static class WebHostBuilderLinuxTransportExtensions
     /// <summary>
     /// Makes Kestrel use the Linux transport for IP, Unix-socket and file-handle endpoints.
     /// Options bind from the <c>Kestrel:LinuxTransport</c> configuration section.
-    /// On an operating system other than Linux, or with <c>Kestrel:LinuxTransport:Enabled</c> set to false, Kestrel stays
-    /// on the Sockets transport and one log line says so; the options are still validated at start-up.
+    /// On an operating system other than Linux Kestrel stays on the Sockets transport, one log line says so, and the
+    /// options are still validated at start-up. With <c>Kestrel:LinuxTransport:Enabled</c> set to false it stays on Sockets
+    /// too, and nothing else of the section is read, so a bad value there cannot block the way back.
     /// </summary>
     /// <param name="hostBuilder">The web host builder.</param>
     /// <returns>The same builder.</returns>
@@ -46,21 +47,25 @@ public static class WebHostBuilderLinuxTransportExtensions
         IServiceCollection services, IConfiguration configuration, Action<LinuxTransportOptions> configureOptions, bool isLinux)
     {
         var section = configuration.GetSection(LinuxTransportOptions.ConfigurationSectionName);
+        if (isLinux && !section.GetValue(EnabledKey, true))
+        {
+            // The way back in an emergency: nothing of the section is bound or validated, so a value that stops this
+            // transport from starting (or one that only a newer package knows) cannot also stop the rollback.
+            AddNotice(services, $"{LinuxTransportOptions.ConfigurationSectionName}:{EnabledKey} is false; its other settings are not read");
+            return;
+        }
+
         var options = services.AddOptions<LinuxTransportOptions>()
             .Bind(section)
             .Configure(configureOptions);
         services.TryAddEnumerable(ServiceDescriptor.Singleton<IValidateOptions<LinuxTransportOptions>, LinuxTransportOptionsValidator>());
 
-        string? off = !isLinux
-            ? $"this is not Linux ({System.Runtime.InteropServices.RuntimeInformation.OSDescription})"
-            : section.GetValue(EnabledKey, true) ? null : $"{LinuxTransportOptions.ConfigurationSectionName}:{EnabledKey} is false";
-        if (off is not null)
+        if (!isLinux)
         {
-            // The transport stays off, but a configuration error still fails start-up here, on a developer's machine
-            // or in the rollback, not first where the transport runs.
+            // The transport stays off, but a configuration error still fails start-up here, on a developer's machine,
+            // not first where the transport runs.
             options.ValidateOnStart();
-            services.TryAddEnumerable(ServiceDescriptor.Singleton<IHostedService, SocketsStayNotice>(
-                provider => new SocketsStayNotice(provider.GetRequiredService<ILoggerFactory>(), off)));
+            AddNotice(services, $"this is not Linux ({System.Runtime.InteropServices.RuntimeInformation.OSDescription})");
             return;
         }
 
@@ -68,6 +73,10 @@ public static class WebHostBuilderLinuxTransportExtensions
         // makes it win for every endpoint it can bind. TryAddEnumerable: a second call registers no second factory.
         services.TryAddEnumerable(ServiceDescriptor.Singleton<IConnectionListenerFactory, LinuxTransportFactory>());
     }
+
+    private static void AddNotice(IServiceCollection services, string reason)
+        => services.TryAddEnumerable(ServiceDescriptor.Singleton<IHostedService, SocketsStayNotice>(
+            provider => new SocketsStayNotice(provider.GetRequiredService<ILoggerFactory>(), reason)));
 
     /// <summary>
     /// <c>Kestrel:LinuxTransport:Enabled</c>: false leaves Kestrel on its Sockets transport without a code change (the way

@@ -79,7 +79,17 @@ internal sealed class LinuxTransportFactory : IConnectionListenerFactory, IConne
         }
     }
 
-    public bool CanBind(EndPoint endpoint) => endpoint is IPEndPoint or UnixDomainSocketEndPoint or FileHandleEndPoint;
+    /// <summary>
+    /// Exactly the endpoint types this transport serves, never a subclass: another transport marks the endpoints it alone
+    /// may serve with a subclass (Kestrel 11's DirectTls terminates TLS on <c>DirectTlsEndpoint : IPEndPoint</c>), and Kestrel
+    /// asks the last-registered factory first, so a looser check would serve such an endpoint here, without its TLS.
+    /// </summary>
+    public bool CanBind(EndPoint endpoint)
+    {
+        ArgumentNullException.ThrowIfNull(endpoint);
+        var type = endpoint.GetType();
+        return type == typeof(IPEndPoint) || type == typeof(UnixDomainSocketEndPoint) || type == typeof(FileHandleEndPoint);
+    }
 
     public async ValueTask<IConnectionListener> BindAsync(EndPoint endpoint, CancellationToken cancellationToken = default)
     {
