@@ -29,8 +29,11 @@ internal static partial class TransportLog
     [LoggerMessage(7, LogLevel.Warning, "Loop {Loop}: accept on {EndPoint} failed: {Error}. Retrying in {BackoffMs} ms.")]
     public static partial void AcceptFailed(ILogger logger, int loop, EndPoint endPoint, string error, int backoffMs);
 
-    [LoggerMessage(8, LogLevel.Error, "Loop {Loop}: registering the listener for {EndPoint} with epoll failed: {Error}.")]
+    [LoggerMessage(8, LogLevel.Error, "Loop {Loop}: registering the listener for {EndPoint} with its engine failed: {Error}. The bind fails.")]
     public static partial void ListenerRegistrationFailed(ILogger logger, int loop, EndPoint endPoint, string error);
+
+    [LoggerMessage(40, LogLevel.Warning, "Unbinding {EndPoint} timed out: loop {Loops} is held by application code and has not let go of the listening socket yet. Kestrel stops accepting on it now; the socket closes when the loop lets go.")]
+    public static partial void UnbindTimedOut(ILogger logger, EndPoint endPoint, string loops);
 
     [LoggerMessage(9, LogLevel.Error, "Connection {ConnectionId} faulted and was reset; its loop goes on.")]
     public static partial void ConnectionFault(ILogger logger, string connectionId, Exception exception);

@@ -87,8 +87,16 @@ internal sealed unsafe class EpollEngine : IoEngine
             Array.Resize(ref _owners, Math.Max(fd + 1, _owners.Length * 2));
         }
 
+        // A refused add (EEXIST: the fd is registered already) must leave the registration that holds the fd its owner.
+        var previous = _owners[fd];
         _owners[fd] = owner;
-        return Epoll.Control(_epoll.Value, Epoll.EPOLL_CTL_ADD, fd, events);
+        var result = Epoll.Control(_epoll.Value, Epoll.EPOLL_CTL_ADD, fd, events);
+        if (result.IsError)
+        {
+            _owners[fd] = previous;
+        }
+
+        return result;
     }
 
     // Out of the epoll set and back in, rather than EPOLL_CTL_MOD to no events: MOD fails with EINVAL on an

@@ -1,4 +1,5 @@
 using System.Net;
+using System.Net.Sockets;
 using Kestrel.Transport.Linux.Connection;
 using Kestrel.Transport.Linux.Diagnostics;
 using Kestrel.Transport.Linux.Interop;
@@ -27,15 +28,24 @@ internal sealed class Acceptor(EventLoop loop, AcceptedSocketOptions socketOptio
     public int MillisecondsToNextRetry
         => _backedOff.Count == 0 ? -1 : (int)Math.Clamp(_backedOff.Min(static r => r.RetryAt) - Environment.TickCount64, 0, 1000);
 
+    /// <summary>
+    /// Starts polling a listener. A listener this loop cannot poll fails its bind: a bind that succeeded without it
+    /// would leave the loop's share of new connections (its SO_REUSEPORT socket's) with nobody to accept them.
+    /// </summary>
     public void Add(ListenRegistration registration)
     {
-        _listeners.Add(registration);
         var result = loop.Engine.RegisterListener(registration.Fd, registration, registration.Events);
         if (result.IsError)
         {
             TransportLog.ListenerRegistrationFailed(loop.Logger, loop.Index, registration.Listener.EndPoint, Errno.Describe(result.Error));
+            registration.Removed.TrySetResult();
+            registration.Added.TrySetException(new SocketException(
+                (int)Errno.ToSocketError(result.Error),
+                $"Loop {loop.Index} could not poll the listening socket of {registration.Listener.EndPoint}: {Errno.Describe(result.Error)}."));
+            return;
         }
 
+        _listeners.Add(registration);
         registration.Added.TrySetResult();
     }
 

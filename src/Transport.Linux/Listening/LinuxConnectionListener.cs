@@ -47,7 +47,17 @@ internal sealed class LinuxConnectionListener : IConnectionListener
             loop.AddListener(registration);
         }
 
-        await Task.WhenAll(listener._registrations.Select(static r => r.Added.Task));
+        try
+        {
+            await Task.WhenAll(listener._registrations.Select(static r => r.Added.Task));
+        }
+        catch
+        {
+            // A loop could not poll its socket: the loops that could let go, then the sockets close, and the bind fails.
+            await listener.UnregisterAsync(CancellationToken.None);
+            throw;
+        }
+
         TransportLog.Bound(logger, listener.EndPoint, group.Loops.Count, sockets.Shared ? "one shared fd (EPOLLEXCLUSIVE)" : "SO_REUSEPORT socket per loop");
         return listener;
     }
@@ -76,17 +86,8 @@ internal sealed class LinuxConnectionListener : IConnectionListener
             return;
         }
 
-        foreach (var registration in _registrations)
-        {
-            registration.Loop.RemoveListener(registration);
-        }
-
-        await Task.WhenAll(_registrations.Select(static r => r.Removed.Task));
-
-        // No loop polls the fds any more: close them, so that the port is free for a new server.
-        _sockets.Dispose();
-        DeleteUnixSocketFile();
-
+        // Kestrel's accept loop ends (AcceptAsync returns null) once this returns, even when a loop did not let go in time.
+        await UnregisterAsync(cancellationToken);
         _accepted.Writer.TryComplete();
 
         // Connections accepted but never taken by Kestrel are ours to close.
@@ -95,6 +96,41 @@ internal sealed class LinuxConnectionListener : IConnectionListener
             orphan.Abort(new ConnectionAbortedException("The listener was unbound before the connection was accepted."));
             await orphan.DisposeAsync();
         }
+    }
+
+    /// <summary>
+    /// Every loop stops polling the listening sockets, and then they close, so that the port is free for a new server.
+    /// A loop held by application code that blocks (Inline scheduling) may not get to it for a long time: the wait
+    /// ends with <paramref name="cancellationToken"/> (Kestrel passes the host's shutdown timeout), and the sockets
+    /// then close once that loop lets go, not before, since a loop may not poll an fd number that was closed.
+    /// </summary>
+    private async Task UnregisterAsync(CancellationToken cancellationToken)
+    {
+        foreach (var registration in _registrations)
+        {
+            registration.Loop.RemoveListener(registration);
+        }
+
+        var removed = Task.WhenAll(_registrations.Select(static r => r.Removed.Task));
+        try
+        {
+            await removed.WaitAsync(cancellationToken);
+        }
+        catch (OperationCanceledException) when (cancellationToken.IsCancellationRequested)
+        {
+            var stuck = _registrations.Where(static r => !r.Removed.Task.IsCompleted).Select(static r => r.Loop.Index);
+            TransportLog.UnbindTimedOut(_logger, EndPoint, string.Join(", ", stuck));
+            _ = removed.ContinueWith(static (_, s) => ((LinuxConnectionListener)s!).CloseSockets(), this, CancellationToken.None, TaskContinuationOptions.ExecuteSynchronously, TaskScheduler.Default);
+            return;
+        }
+
+        CloseSockets();
+    }
+
+    private void CloseSockets()
+    {
+        _sockets.Dispose();
+        DeleteUnixSocketFile();
     }
 
     public async ValueTask DisposeAsync()

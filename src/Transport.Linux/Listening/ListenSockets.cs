@@ -10,15 +10,18 @@ namespace Kestrel.Transport.Linux.Listening;
 /// <summary>
 /// The listening sockets of one bound endpoint: one SO_REUSEPORT socket per loop for an IP endpoint, so the
 /// kernel spreads accepts over the loops; one socket that every loop polls (<see cref="Shared"/>) for a Unix
-/// socket, an inherited handle, or a kernel without SO_REUSEPORT. Disposing closes them.
+/// socket, an inherited handle, or a kernel without SO_REUSEPORT. Disposing closes the sockets it made; a handle it
+/// was given stays its owner's.
 /// </summary>
 internal sealed class ListenSockets : IDisposable
 {
     private readonly List<OwnedFd> _fds;
+    private readonly bool _owned;
 
-    private ListenSockets(List<OwnedFd> fds, EndPoint endPoint, bool shared, string? unixPath, ulong unixInode)
+    private ListenSockets(List<OwnedFd> fds, EndPoint endPoint, bool shared, string? unixPath, ulong unixInode, bool owned = true)
     {
         _fds = fds;
+        _owned = owned;
         EndPoint = endPoint;
         Shared = shared;
         UnixPath = unixPath;
@@ -64,7 +67,7 @@ internal sealed class ListenSockets : IDisposable
                 var socket = BindUnixSocket(path, options.Backlog, out ulong inode);
                 return new ListenSockets([socket], endPoint, true, path, inode);
             case FileHandleEndPoint handle:
-                return new ListenSockets([AdoptHandle(handle)], endPoint, true, null, 0);
+                return new ListenSockets([Listen(handle, options.Backlog)], endPoint, true, null, 0, owned: false);
             default:
                 throw new NotSupportedException($"The Linux transport cannot bind {endPoint.GetType().Name} '{endPoint}'.");
         }
@@ -72,6 +75,11 @@ internal sealed class ListenSockets : IDisposable
 
     public void Dispose()
     {
+        if (!_owned)
+        {
+            return;
+        }
+
         foreach (var fd in _fds)
         {
             fd.Dispose();
@@ -253,7 +261,12 @@ internal sealed class ListenSockets : IDisposable
         }
     }
 
-    private static OwnedFd AdoptHandle(FileHandleEndPoint handle)
+    /// <summary>
+    /// A socket handed over by its owner (systemd socket activation, a parent process): made non-blocking and
+    /// listening, as the Sockets transport does with a <see cref="FileHandleEndPoint"/>, and never closed here, since
+    /// the number is the owner's (it may bind it again, or close it itself later).
+    /// </summary>
+    private static OwnedFd Listen(FileHandleEndPoint handle, int backlog)
     {
         int fd = checked((int)handle.FileHandle);
         if (Interop.Socket.GetOption(fd, Interop.Socket.SOL_SOCKET, Interop.Socket.SO_TYPE, out int type).IsError || type != Interop.Socket.SOCK_STREAM)
@@ -267,7 +280,13 @@ internal sealed class ListenSockets : IDisposable
             throw Errno.ToException(result.Error, $"fcntl(O_NONBLOCK) on handle {fd}");
         }
 
-        // From here the transport owns it: unbinding closes it, as the Sockets transport's listener does.
+        // listen(2) on a socket that listens already only sets the backlog.
+        result = Interop.Socket.Listen(fd, backlog);
+        if (result.IsError)
+        {
+            throw BindError(result.Error, handle);
+        }
+
         return new OwnedFd(fd);
     }
 }

@@ -1,13 +1,12 @@
 using System.Net;
 using System.Net.Sockets;
-using System.Runtime.InteropServices;
 using Kestrel.Transport.Linux.Tests.Infrastructure;
 using Microsoft.AspNetCore.Connections;
 
 namespace Kestrel.Transport.Linux.Tests.Transport;
 
 /// <summary>Binding, unbinding and the endpoint kinds Kestrel may hand a transport.</summary>
-public sealed partial class ListenerTests(ITestOutputHelper output)
+public sealed class ListenerTests(ITestOutputHelper output)
 {
     private static readonly IPEndPoint s_loopback = new(IPAddress.Loopback, 0);
 
@@ -160,33 +159,65 @@ public sealed partial class ListenerTests(ITestOutputHelper output)
         }
     }
 
+    /// <summary>
+    /// A handle (systemd socket activation, a parent process) stays its owner's, as with the Sockets transport: the
+    /// transport listens on it, even when it was only bound, and leaves it open when it is done, so that the owner can
+    /// bind it again or close it itself.
+    /// </summary>
     [Theory]
     [MemberData(nameof(Transports.ConnectionLevel), MemberType = typeof(Transports))]
-    public async Task A_FileHandleEndPoint_listens_on_the_socket_it_is_given(TransportKind kind)
+    public async Task A_FileHandleEndPoint_listens_on_the_socket_it_is_given_and_leaves_it_to_its_owner(TransportKind kind)
     {
         using var socket = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp);
         socket.Bind(s_loopback);
-        socket.Listen();
         var address = (IPEndPoint)socket.LocalEndPoint!;
+        var handle = new FileHandleEndPoint((ulong)socket.Handle, FileHandleType.Tcp);
 
-        // The transport owns the descriptor it is given (as with systemd socket activation) and closes it when
-        // disposed, so it gets a duplicate and this test keeps its own.
-        var handed = Dup((int)socket.Handle);
-        Assert.True(handed >= 0, $"dup failed: errno {Marshal.GetLastPInvokeError()}");
-
-        await using var transport = TestTransport.Create(kind, output);
-        var listener = await transport.BindAsync(new FileHandleEndPoint((ulong)handed, FileHandleType.Tcp));
-
-        for (var i = 0; i < 4; i++)
+        for (int round = 0; round < 2; round++)
         {
-            using var client = await TestSockets.ConnectAsync(address);
-            var connection = await transport.AcceptAsync(listener);
-            await connection.AssertEchoOnceAsync(client);
+            await using var transport = TestTransport.Create(kind, output);
+            var listener = await transport.BindAsync(handle);
+            for (var i = 0; i < 2; i++)
+            {
+                using var client = await TestSockets.ConnectAsync(address);
+                var connection = await transport.AcceptAsync(listener);
+                await connection.AssertEchoOnceAsync(client);
+            }
+
+            await transport.StopAsync();
+
+            // Still open, and still the same socket: the owner's own accept takes the next connection.
+            Assert.Equal(address, socket.LocalEndPoint);
         }
 
-        await transport.StopAsync();
+        using var last = await TestSockets.ConnectAsync(address);
+        socket.Listen(); // only the Socket object's own flag: the kernel socket listens already
+        using var accepted = await socket.AcceptAsync().WaitAsync(TestTimeouts.Default);
+        Assert.Equal(last.LocalEndPoint, accepted.RemoteEndPoint);
     }
 
-    [LibraryImport("libc", EntryPoint = "dup", SetLastError = true)]
-    private static partial int Dup(int fd);
+    /// <summary>
+    /// A loop that cannot poll its listening socket fails the bind, instead of leaving its share of the connections
+    /// with nobody to accept them. One epoll instance cannot watch one socket twice (EEXIST), which the same handle
+    /// bound twice makes happen; the first listener goes on serving. (io_uring accepts twice on one socket.)
+    /// </summary>
+    [Theory]
+    [MemberData(nameof(Transports.LinuxOnly), MemberType = typeof(Transports))]
+    public async Task A_listener_that_a_loop_cannot_poll_fails_its_bind_and_leaves_the_others_serving(TransportKind kind)
+    {
+        using var socket = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp);
+        socket.Bind(s_loopback);
+        var address = (IPEndPoint)socket.LocalEndPoint!;
+        var handle = new FileHandleEndPoint((ulong)socket.Handle, FileHandleType.Tcp);
+
+        await using var transport = TestTransport.Create(kind, output);
+        var listener = await transport.BindAsync(handle);
+        var error = await Assert.ThrowsAsync<SocketException>(() => transport.BindAsync(handle));
+        Assert.Contains("could not poll the listening socket", error.Message, StringComparison.Ordinal);
+
+        using var client = await TestSockets.ConnectAsync(address);
+        var connection = await transport.AcceptAsync(listener);
+        await connection.AssertEchoOnceAsync(client);
+        await transport.StopAsync();
+    }
 }
