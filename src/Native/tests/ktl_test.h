@@ -62,8 +62,14 @@ int32_t test_batch(ktl_engine *engine, const io_mode *mode, int32_t direction, k
 /* Creates the engine a mode asks for, insisting on AIO unless KTL_TEST_ALLOW_NO_AIO=1. */
 ktl_engine *test_engine(const io_mode *mode, int32_t aio_capacity);
 
+/* An op result no call produces: an op still holding it was never performed. */
+#define NOT_SET (-999)
+
 void unix_pair(int fds[2]);                 /* AF_UNIX stream, both ends non-blocking */
 void tcp_pair(int fds[2]);                  /* loopback TCP, both ends non-blocking */
+void make_pair(int i, int fds[2]);          /* unix_pair for an even i, tcp_pair for an odd one */
+void close_pair(int fds[2]);
+void sleep_ms(long ms);                     /* sleeps that long, through EINTR */
 void zerocopy_pair(int fds[2]);             /* tcp_pair, fds[0] with SO_ZEROCOPY */
 struct sockaddr_in;
 int tcp_listener(struct sockaddr_in *addr, int backlog); /* non-blocking, on loopback; *addr gets its address */
@@ -79,6 +85,11 @@ int check_pattern(const uint8_t *buf, size_t len, unsigned seed, size_t start);
 
 void run_abi_tests(void);
 void run_io_tests(const io_mode *mode);
+/* test_io_send.c: the send checks run_io_tests runs, in its order. */
+void test_send_many(const io_mode *mode);
+void test_send_full(const io_mode *mode);
+void test_send_closed_peer(const io_mode *mode);
+void test_send_zerocopy(const io_mode *mode);
 void run_ring_tests(void);
 void run_ring_accept_tests(void);
 void run_ring_zerocopy_tests(void);

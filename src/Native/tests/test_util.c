@@ -9,6 +9,7 @@
 #include <sys/eventfd.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ktl_test.h"
@@ -77,6 +78,27 @@ void tcp_pair(int fds[2])
     set_nonblocking(fds[0], 1);
     CHECK(setsockopt(fds[0], IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) == 0);
     CHECK(setsockopt(fds[1], IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) == 0);
+}
+
+void close_pair(int fds[2])
+{
+    close(fds[0]);
+    close(fds[1]);
+}
+
+void sleep_ms(long ms)
+{
+    struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+void make_pair(int i, int fds[2])
+{
+    if (i % 2 == 0)
+        unix_pair(fds);
+    else
+        tcp_pair(fds);
 }
 
 void zerocopy_pair(int fds[2])

@@ -185,7 +185,7 @@ internal sealed class LinuxConnection : ConnectionContext,
         }
 
         var (send, copied) = engine.ZeroCopyDoneAt(index);
-        if (Send.ReleaseZeroCopy(send, copied))
+        if (Send.ZeroCopy!.OnOpDone(this, send, copied))
         {
             Lifetime.OnZeroCopyReaped();
         }
@@ -201,7 +201,7 @@ internal sealed class LinuxConnection : ConnectionContext,
 
         // EPOLLERR also means that zero-copy completions are queued on the socket's error queue; that alone is
         // no error. A reset or timeout comes with EPOLLHUP, and a read would report it anyway.
-        if ((events & Epoll.EPOLLERR) != 0 && Send.ZeroCopy is not null && Send.ReapZeroCopy())
+        if ((events & Epoll.EPOLLERR) != 0 && Send.ZeroCopy is { } zeroCopy && zeroCopy.ReapErrorQueue(this))
         {
             events &= ~Epoll.EPOLLERR;
             Lifetime.OnZeroCopyReaped();

@@ -78,7 +78,7 @@ internal sealed class PoolThreadSends(LinuxConnection connection, SendSide side,
 
                 // sendmsg(MSG_ZEROCOPY), notified on the error queue, never by the engine. Before the batch lets go
                 // of its pins: a zero-copy send keeps its memory pinned from here on.
-                refused = side.AfterZeroCopySend(sent, notified: false);
+                refused = side.ZeroCopy is { } zeroCopy && zeroCopy.AfterSend(connection, sent, notified: false);
             }
             finally
             {

@@ -1,6 +1,5 @@
 using System.Buffers;
 using System.IO.Pipelines;
-using Kestrel.Transport.Linux.Diagnostics;
 using Kestrel.Transport.Linux.Engines;
 using Kestrel.Transport.Linux.Interop;
 using Microsoft.AspNetCore.Connections;
@@ -15,8 +14,8 @@ namespace Kestrel.Transport.Linux.Connection;
 /// A connection's send side: the output pipe to the socket. It reads what the app flushed and sends it in
 /// one gathered write: queued for the loop's end-of-pass batch, or, with ThreadPool scheduling, sent at once
 /// by the pool thread that resumed the read (<see cref="PoolThreadSends"/>). What the socket cannot take
-/// waits for EPOLLOUT; large sends may go out with MSG_ZEROCOPY. The threads it runs on, and the lock that
-/// keeps them apart, are described on <see cref="LinuxConnection"/>.
+/// waits for EPOLLOUT; large sends may go out with MSG_ZEROCOPY (<see cref="ZeroCopySends"/>). The threads it
+/// runs on, and the lock that keeps them apart, are described on <see cref="LinuxConnection"/>.
 /// </summary>
 internal sealed class SendSide : IBatchOwner
 {
@@ -203,7 +202,8 @@ internal sealed class SendSide : IBatchOwner
     /// </summary>
     public void AddBuffers(IoBatch batch, in ReadOnlySequence<byte> buffer, bool onLoop)
     {
-        int flags = ZeroCopyFlags(buffer, onLoop, out uint tag);
+        uint tag = 0;
+        int flags = ZeroCopy is { } zeroCopy ? zeroCopy.SendFlags(_connection, buffer, onLoop, out tag) : 0;
         _opBatch = batch;
         _opIndex = batch.Count;
         batch.BeginOp(this, _connection.Socket.Value, flags, tag);
@@ -235,7 +235,7 @@ internal sealed class SendSide : IBatchOwner
         _hasReadResult = false;
         _readResult = default;
 
-        if (AfterZeroCopySend(result, _opBatch!.NotifiesAt(_opIndex)))
+        if (ZeroCopy is { } zeroCopy && zeroCopy.AfterSend(_connection, result, _opBatch!.NotifiesAt(_opIndex)))
         {
             // Read the same bytes again; the refusal made the next send a copying one.
             _output.AdvanceTo(buffer.Start);
@@ -346,114 +346,5 @@ internal sealed class SendSide : IBatchOwner
         OutputHeldBack = false;
         _output.Complete();
         _connection.Lifetime.MaybeClose();
-    }
-
-    /// <summary>
-    /// The op flags for a send of <paramref name="buffer"/>: zero-copy when it is large enough and its blocks can be
-    /// held; with the number the engine's own zero-copy op carries where it has one (<see cref="IoEngine.SendsZeroCopyAsOps"/>).
-    /// </summary>
-    private int ZeroCopyFlags(in ReadOnlySequence<byte> buffer, bool onLoop, out uint tag)
-    {
-        tag = 0;
-        if (ZeroCopy is not { } zeroCopy || buffer.Length < _connection.Loop.Options.ZeroCopySendThreshold
-            || (zeroCopy.KernelCopies && !_connection.Loop.Options.Tuning.ZeroCopyWhenKernelCopies))
-        {
-            return 0;
-        }
-
-        if (zeroCopy.SkipNext)
-        {
-            zeroCopy.SkipNext = false;
-            return 0;
-        }
-
-        var engine = _connection.Loop.Engine;
-        uint send = onLoop && engine.SendsZeroCopyAsOps ? engine.NextZeroCopySend() : 0;
-        if (!zeroCopy.Stage(buffer, MaxBuffersPerSend, send))
-        {
-            return 0;
-        }
-
-        tag = send;
-        return NativeEngine.SendZeroCopy;
-    }
-
-    /// <summary>
-    /// After a send op, with the side owned: a zero-copy send's blocks stay held until the kernel completes it
-    /// (before the reader may advance past them); <paramref name="notified"/>: the engine's op will be notified
-    /// (<see cref="IoBatch.NotifiesAt"/>). True when it was one the kernel refused for want of memory to pin or
-    /// notify (ENOBUFS from sendmsg(MSG_ZEROCOPY): the optmem or the locked-memory limit, msg_zerocopy.rst; ENOMEM
-    /// from io_uring's SENDMSG_ZC, whose pages count against RLIMIT_MEMLOCK without CAP_IPC_LOCK since Linux 6.15)
-    /// or that the socket cannot send zero-copy (EOPNOTSUPP): the caller sends the same bytes again, and that
-    /// send copies. Any other error ends the connection.
-    /// </summary>
-    public bool AfterZeroCopySend(SysResult result, bool notified)
-    {
-        if (ZeroCopy is null || !ZeroCopy.Commit(result, notified, out uint ringSend))
-        {
-            return false;
-        }
-
-        if (!result.IsError && result.Value > 0)
-        {
-            _connection.Loop.Metrics.ZeroCopySends.Add(1);
-        }
-
-        if (ringSend != 0)
-        {
-            _connection.Loop.Engine.AwaitZeroCopy(ringSend, _connection);
-        }
-
-        ZeroCopy.SkipNext = result.IsError && result.Error is Errno.ENOBUFS or Errno.ENOMEM or Errno.EOPNOTSUPP;
-        if (ZeroCopy.SkipNext)
-        {
-            _connection.Loop.OnZeroCopyRefused();
-        }
-
-        return ZeroCopy.SkipNext;
-    }
-
-    /// <summary>On the loop: the engine's zero-copy op <paramref name="send"/> is done. True when it still held blocks.</summary>
-    public bool ReleaseZeroCopy(uint send, bool copied)
-    {
-        bool sent;
-        lock (Lock)
-        {
-            if (!ZeroCopy!.CompleteOp(send, copied, out sent))
-            {
-                return false;
-            }
-        }
-
-        if (sent)
-        {
-            _connection.Loop.Metrics.ZeroCopyCompletions.Add(1, copied ? TransportMetrics.Copied : TransportMetrics.NotCopied);
-        }
-
-        return true;
-    }
-
-    /// <summary>
-    /// On the loop, on EPOLLERR: takes the kernel's MSG_ZEROCOPY completions off the socket's error queue and
-    /// lets their blocks go. True when there were any.
-    /// </summary>
-    public bool ReapZeroCopy()
-    {
-        bool any = false;
-        lock (Lock)
-        {
-            SysResult read;
-            while (!(read = ErrorQueue.ReadZeroCopyCompletion(_connection.Socket.Value, out uint first, out uint last, out bool copied)).IsError)
-            {
-                if (read.Value == 1)
-                {
-                    any = true;
-                    int completed = ZeroCopy!.Complete(first, last, copied);
-                    _connection.Loop.Metrics.ZeroCopyCompletions.Add(completed, copied ? TransportMetrics.Copied : TransportMetrics.NotCopied);
-                }
-            }
-        }
-
-        return any;
     }
 }

@@ -1,20 +1,24 @@
 using System.Buffers;
 using System.Collections.Concurrent;
 using System.Runtime.InteropServices;
+using Kestrel.Transport.Linux.Diagnostics;
+using Kestrel.Transport.Linux.Engines;
 using Kestrel.Transport.Linux.Interop;
 
 namespace Kestrel.Transport.Linux.Connection;
 
 /// <summary>
-/// One connection's zero-copy sends in flight; each holds the blocks its iovecs pointed into until the kernel
-/// says it is done with them, and keeps each one pinned until then: the kernel reads the pages the memory had when
-/// it was sent, and a pool need not hand out pinned memory (MemoryPool&lt;byte&gt;.Shared does not, nor need a pool
-/// an app registers), so a compacting GC could otherwise move the array and put other objects on those pages.
+/// One connection's zero-copy sends: which of its sends go out zero-copy (<see cref="SendFlags"/>), and those in
+/// flight. Each holds the blocks its iovecs pointed into until the kernel says it is done with them, and keeps each
+/// one pinned until then: the kernel reads the pages the memory had when it was sent, and a pool need not hand out
+/// pinned memory (MemoryPool&lt;byte&gt;.Shared does not, nor need a pool an app registers), so a compacting GC could
+/// otherwise move the array and put other objects on those pages.
 /// Two kinds, in one queue so that blocks go back in send order:
 /// <c>sendmsg(MSG_ZEROCOPY)</c>, which the kernel numbers per socket from 0, one id per call that queued data,
 /// and reports done in ranges of ids on the error queue; and an engine's own zero-copy ops (io_uring's
 /// SENDMSG_ZC), numbered by the engine, each reported done by itself. Used under the connection's send lock,
-/// or on its loop.
+/// or on its loop (<see cref="LinuxConnection"/>); <see cref="OnOpDone"/> and <see cref="ReapErrorQueue"/> take
+/// the lock themselves.
 /// </summary>
 internal sealed class ZeroCopySends(uint firstId = 0)
 {
@@ -27,13 +31,124 @@ internal sealed class ZeroCopySends(uint firstId = 0)
     private uint _nextId = firstId;
     private uint _stagedOp;
 
+    // Set after ENOBUFS, for the next send only (msg_zerocopy.rst: over the socket's optmem limit).
+    private bool _skipNext;
+
     /// <summary>Set once the kernel reported that it copied a send (loopback, or a device without scatter-gather).</summary>
     public bool KernelCopies { get; private set; }
 
-    /// <summary>Set after ENOBUFS, for the next send only (msg_zerocopy.rst: over the socket's optmem limit).</summary>
-    public bool SkipNext { get; set; }
-
     public int InFlight => _sends.Count;
+
+    /// <summary>
+    /// The op flags for <paramref name="connection"/>'s send of <paramref name="buffer"/>: zero-copy when it is large
+    /// enough and its blocks can be held; with the number the engine's own zero-copy op carries where it has one
+    /// (<see cref="IoEngine.SendsZeroCopyAsOps"/>). <paramref name="onLoop"/>: for the loop's batch, which the engine
+    /// performs (else a pool thread's own).
+    /// </summary>
+    public int SendFlags(LinuxConnection connection, in ReadOnlySequence<byte> buffer, bool onLoop, out uint tag)
+    {
+        tag = 0;
+        if (buffer.Length < connection.Loop.Options.ZeroCopySendThreshold
+            || (KernelCopies && !connection.Loop.Options.Tuning.ZeroCopyWhenKernelCopies))
+        {
+            return 0;
+        }
+
+        if (_skipNext)
+        {
+            _skipNext = false;
+            return 0;
+        }
+
+        var engine = connection.Loop.Engine;
+        uint send = onLoop && engine.SendsZeroCopyAsOps ? engine.NextZeroCopySend() : 0;
+        if (!Stage(buffer, SendSide.MaxBuffersPerSend, send))
+        {
+            return 0;
+        }
+
+        tag = send;
+        return NativeEngine.SendZeroCopy;
+    }
+
+    /// <summary>
+    /// After a send op, with the side owned: a zero-copy send's blocks stay held until the kernel completes it
+    /// (before the reader may advance past them); <paramref name="notified"/>: the engine's op will be notified
+    /// (<see cref="IoBatch.NotifiesAt"/>). True when it was one the kernel refused for want of memory to pin or
+    /// notify (ENOBUFS from sendmsg(MSG_ZEROCOPY): the optmem or the locked-memory limit, msg_zerocopy.rst; ENOMEM
+    /// from io_uring's SENDMSG_ZC, whose pages count against RLIMIT_MEMLOCK without CAP_IPC_LOCK since Linux 6.15)
+    /// or that the socket cannot send zero-copy (EOPNOTSUPP): the caller sends the same bytes again, and that
+    /// send copies. Any other error ends the connection.
+    /// </summary>
+    public bool AfterSend(LinuxConnection connection, SysResult result, bool notified)
+    {
+        if (!Commit(result, notified, out uint ringSend))
+        {
+            return false;
+        }
+
+        if (!result.IsError && result.Value > 0)
+        {
+            connection.Loop.Metrics.ZeroCopySends.Add(1);
+        }
+
+        if (ringSend != 0)
+        {
+            connection.Loop.Engine.AwaitZeroCopy(ringSend, connection);
+        }
+
+        _skipNext = result.IsError && result.Error is Errno.ENOBUFS or Errno.ENOMEM or Errno.EOPNOTSUPP;
+        if (_skipNext)
+        {
+            connection.Loop.OnZeroCopyRefused();
+        }
+
+        return _skipNext;
+    }
+
+    /// <summary>On the loop: the engine's zero-copy op <paramref name="send"/> is done. True when it still held blocks.</summary>
+    public bool OnOpDone(LinuxConnection connection, uint send, bool copied)
+    {
+        bool sent;
+        lock (connection.Send.Lock)
+        {
+            if (!CompleteOp(send, copied, out sent))
+            {
+                return false;
+            }
+        }
+
+        if (sent)
+        {
+            connection.Loop.Metrics.ZeroCopyCompletions.Add(1, copied ? TransportMetrics.Copied : TransportMetrics.NotCopied);
+        }
+
+        return true;
+    }
+
+    /// <summary>
+    /// On the loop, on EPOLLERR: takes the kernel's MSG_ZEROCOPY completions off the socket's error queue and
+    /// lets their blocks go. True when there were any.
+    /// </summary>
+    public bool ReapErrorQueue(LinuxConnection connection)
+    {
+        bool any = false;
+        lock (connection.Send.Lock)
+        {
+            SysResult read;
+            while (!(read = ErrorQueue.ReadZeroCopyCompletion(connection.Socket.Value, out uint first, out uint last, out bool copied)).IsError)
+            {
+                if (read.Value == 1)
+                {
+                    any = true;
+                    int completed = Complete(first, last, copied);
+                    connection.Loop.Metrics.ZeroCopyCompletions.Add(completed, copied ? TransportMetrics.Copied : TransportMetrics.NotCopied);
+                }
+            }
+        }
+
+        return any;
+    }
 
     /// <summary>
     /// Collects the blocks behind the first <paramref name="maxSegments"/> non-empty segments of

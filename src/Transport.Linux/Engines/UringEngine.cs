@@ -11,13 +11,9 @@ namespace Kestrel.Transport.Linux.Engines;
 /// wake-up is a pending read of a blocking eventfd; a pass's receive or send batch is one <c>io_uring_enter</c>
 /// that returns with every op's result, so pipe memory is never left with the kernel, except by a zero-copy send
 /// (SENDMSG_ZC), whose blocks stay held until its notification (<see cref="IoEngine.ZeroCopyDone"/>).
+/// <see cref="RingWatches"/> arms and removes the polls and accepts, <see cref="RingExecutor"/> runs the batches,
+/// and this class turns the ring's completions into the loop's events.
 /// </summary>
-/// <remarks>
-/// A request's completions carry its fd, a generation number and whether it is an accept. Every registration
-/// takes a new generation, and forgetting an fd clears it, so a completion that was already queued for an fd's
-/// previous registration (a closed connection whose number was reused, a paused listener) is recognised and
-/// dropped; a socket such a stale accept brought is closed.
-/// </remarks>
 internal sealed unsafe class UringEngine : IoEngine
 {
     /// <summary>Submission slots per ring; the completion queue is four times larger. A larger batch is submitted in parts.</summary>
@@ -27,7 +23,6 @@ internal sealed unsafe class UringEngine : IoEngine
     public const int EventCapacity = EpollEngine.EventCapacity;
 
     private const int Ecanceled = 125;
-    private const uint GenerationMask = (1u << 29) - 1; // bits 61 to 63 of the user data are not the generation's
 
     private readonly OwnedFd _wake;
     private readonly RingCompletion* _events;
@@ -36,19 +31,8 @@ internal sealed unsafe class UringEngine : IoEngine
     private readonly int[] _accepted = new int[EventCapacity];
     private readonly (uint Send, bool Copied)[] _zeroCopyDone = new (uint, bool)[EventCapacity];
     private readonly RingExecutor _executor;
+    private readonly RingWatches _watches;
     private nint _ring;
-
-    // Per fd number: who registered it, its request's generation (0: none armed), its events and whether it is a
-    // listener's accept, for re-arming.
-    private object?[] _owners = new object?[1024];
-    private bool[] _accepts = new bool[1024];
-    private uint[] _generations = new uint[1024];
-    private uint[] _pollEvents = new uint[1024];
-    private uint _lastGeneration;
-
-    // Connections closed this pass: their polls' user data and their fds, held open until the polls have ended.
-    private readonly List<ulong> _closingRequests = [];
-    private readonly List<OwnedFd> _closingSockets = [];
 
     // Zero-copy sends that sent bytes, by number, and who hears of their notifications.
     private readonly Dictionary<uint, object> _zeroCopyOwners = [];
@@ -63,6 +47,7 @@ internal sealed unsafe class UringEngine : IoEngine
         _wake = wake;
         Info = info;
         _executor = new RingExecutor(ring);
+        _watches = new RingWatches(ring);
         _events = (RingCompletion*)NativeMemory.Alloc((nuint)(EventCapacity * sizeof(RingCompletion)));
     }
 
@@ -153,10 +138,10 @@ internal sealed unsafe class UringEngine : IoEngine
         Info = info;
     }
 
-    public override SysResult Register(int fd, object owner, uint events) => Watch(fd, owner, events, accept: false);
+    public override SysResult Register(int fd, object owner, uint events) => _watches.Watch(fd, owner, events, accept: false);
 
     /// <summary>A multishot accept (Linux 5.19, which every ring this engine sets up has): no accept4, no EAGAIN at the end of a burst.</summary>
-    public override SysResult RegisterListener(int fd, object owner, uint events) => Watch(fd, owner, events, accept: true);
+    public override SysResult RegisterListener(int fd, object owner, uint events) => _watches.Watch(fd, owner, events, accept: true);
 
     public override int AcceptedAt(int index) => _accepted[index];
 
@@ -166,64 +151,18 @@ internal sealed unsafe class UringEngine : IoEngine
 
     public override (uint Send, bool Copied) ZeroCopyDoneAt(int index) => _zeroCopyDone[index];
 
-    public override SysResult Pause(int fd)
-    {
-        if (fd >= _generations.Length || _generations[fd] == 0)
-        {
-            return SysResult.FromNative(-Errno.ENOENT);
-        }
+    public override SysResult Pause(int fd) => _watches.Pause(fd);
 
-        ulong userData = UserData(fd, _generations[fd]);
-        _generations[fd] = 0;
-        return SysResult.FromNative(NativeEngine.ktl_ring_remove(_ring, userData, wait: 0));
-    }
+    public override SysResult Resume(int fd, uint events) => _watches.Arm(fd, events);
 
-    public override SysResult Resume(int fd, uint events) => Arm(fd, events);
+    public override void Unregister(int fd, object owner, bool stillOpen) => _watches.Unregister(fd, owner);
 
-    public override void Unregister(int fd, object owner, bool stillOpen)
-    {
-        if (fd >= _owners.Length || !ReferenceEquals(_owners[fd], owner))
-        {
-            return;
-        }
-
-        _owners[fd] = null;
-        uint generation = _generations[fd];
-        _generations[fd] = 0;
-        if (generation != 0)
-        {
-            // The request holds its own reference to the socket, so the removal goes to the kernel now and returns
-            // once it has ended (usually one io_uring_enter): otherwise closing the fd would not release the
-            // socket, a peer would see no FIN, and an unbound listener would go on filling its backlog. Sockets
-            // accepted into its last completions are closed by the native side.
-            _ = NativeEngine.ktl_ring_remove(_ring, UserData(fd, generation), wait: 1);
-        }
-    }
-
-    /// <summary>
-    /// The poll holds its own reference to the socket: closing the fd before the poll has ended would not release
-    /// the socket, and a peer would see no FIN. So the fd is taken over, and the next <see cref="Wait"/> removes
-    /// every poll closed in the pass with one <c>io_uring_enter</c> and then closes the fds.
-    /// </summary>
-    public override void Close(OwnedFd socket, object owner)
-    {
-        int fd = socket.Value;
-        if (fd < 0 || fd >= _owners.Length || !ReferenceEquals(_owners[fd], owner) || _generations[fd] == 0)
-        {
-            Unregister(fd, owner, stillOpen: false);
-            socket.Dispose();
-            return;
-        }
-
-        _closingRequests.Add(UserData(fd, _generations[fd]));
-        _owners[fd] = null;
-        _generations[fd] = 0;
-        _closingSockets.Add(socket.Transfer()!);
-    }
+    /// <summary>Takes the fd over until its poll has ended, at the next <see cref="Wait"/> (<see cref="RingWatches.Close"/>).</summary>
+    public override void Close(OwnedFd socket, object owner) => _watches.Close(socket, owner);
 
     public override int Wait(int timeoutMs)
     {
-        CloseClosing();
+        _watches.CloseClosing();
         int count = NativeEngine.ktl_ring_wait(_ring, timeoutMs, _events, EventCapacity);
         if (count < 0)
         {
@@ -267,81 +206,17 @@ internal sealed unsafe class UringEngine : IoEngine
         }
 
         _disposed = true;
-        CloseClosing();
+        _watches.Dispose();
         nint ring = Interlocked.Exchange(ref _ring, 0);
         NativeEngine.ktl_ring_destroy(ring);
         _wake.Dispose();
         NativeMemory.Free(_events);
     }
 
-    /// <summary>Ends the polls of the sockets closed since the last wait, all in one <c>io_uring_enter</c>, and closes their fds.</summary>
-    private void CloseClosing()
-    {
-        if (_closingSockets.Count == 0)
-        {
-            return;
-        }
-
-        var requests = CollectionsMarshal.AsSpan(_closingRequests);
-        int removed;
-        fixed (ulong* userData = requests)
-        {
-            removed = NativeEngine.ktl_ring_remove_all(_ring, userData, requests.Length);
-        }
-
-        foreach (var socket in _closingSockets)
-        {
-            // A removal that failed (no SQE to be had, or the ring is broken) may leave a poll holding its socket, which
-            // closing the fd would not release until the ring is destroyed: shut it down first, so the peer still sees
-            // the end (FIN after what was queued) now.
-            if (removed < 0)
-            {
-                _ = Interop.Socket.Shutdown(socket.Value, Interop.Socket.SHUT_RDWR);
-            }
-
-            socket.Dispose();
-        }
-
-        _closingRequests.Clear();
-        _closingSockets.Clear();
-    }
-
-    private ulong UserData(int fd, uint generation)
-        => ((ulong)generation << 32) | (uint)fd | (_accepts[fd] ? NativeEngine.RingAccept : 0);
-
-    private SysResult Watch(int fd, object owner, uint events, bool accept)
-    {
-        EnsureCapacity(fd);
-        _owners[fd] = owner;
-        _accepts[fd] = accept;
-        return Arm(fd, events);
-    }
-
-    private SysResult Arm(int fd, uint events)
-    {
-        EnsureCapacity(fd);
-
-        _lastGeneration = _lastGeneration == GenerationMask ? 1 : _lastGeneration + 1;
-        _generations[fd] = _lastGeneration;
-        _pollEvents[fd] = events;
-        ulong userData = UserData(fd, _lastGeneration);
-        int result = _accepts[fd]
-            ? NativeEngine.ktl_ring_accept(_ring, fd, userData)
-            : NativeEngine.ktl_ring_poll(_ring, fd, events, userData);
-        if (result < 0)
-        {
-            _generations[fd] = 0;
-        }
-
-        return SysResult.FromNative(result);
-    }
-
     /// <summary>Turns the <paramref name="index"/>-th completion into an owner and its events, re-arming a poll that ended.</summary>
     private void Resolve(int index)
     {
         RingCompletion completion = _events[index];
-        int fd = (int)(uint)completion.UserData;
-        uint generation = (uint)(completion.UserData >> 32) & GenerationMask;
         bool accept = (completion.UserData & NativeEngine.RingAccept) != 0;
         _eventOwners[index] = null;
         _eventBits[index] = 0;
@@ -359,7 +234,7 @@ internal sealed unsafe class UringEngine : IoEngine
             return;
         }
 
-        if (fd >= _generations.Length || _generations[fd] != generation)
+        if (!_watches.IsCurrent(completion.UserData, out int fd))
         {
             // A request that was removed, or that belonged to an earlier use of this fd number; a socket it
             // accepted has nobody to go to.
@@ -380,22 +255,22 @@ internal sealed unsafe class UringEngine : IoEngine
 
         if (completion.Result >= 0)
         {
-            _eventOwners[index] = _owners[fd];
+            _eventOwners[index] = _watches.OwnerOf(fd);
             _eventBits[index] = (uint)completion.Result;
 
             // A level-triggered registration's one-shot poll (re-armed, it reports the level again next pass if it
             // still holds), or a multishot poll the kernel ended because it could not post a completion.
-            if (!armed && Arm(fd, _pollEvents[fd]).IsError)
+            if (!armed && _watches.Rearm(fd).IsError)
             {
                 _eventBits[index] = RegistrationLost;
             }
         }
-        else if (completion.Result != -Ecanceled || Arm(fd, _pollEvents[fd]).IsError)
+        else if (completion.Result != -Ecanceled || _watches.Rearm(fd).IsError)
         {
-            // The poll failed, or the ring cancelled it (this engine clears the generation before it removes one) and
+            // The poll failed, or the ring cancelled it (RingWatches clears the generation before it removes one) and
             // it could not be armed again: the owner would never hear of its socket again, so it must give it up.
-            _generations[fd] = 0;
-            _eventOwners[index] = _owners[fd];
+            _watches.OnEnded(fd);
+            _eventOwners[index] = _watches.OwnerOf(fd);
             _eventBits[index] = RegistrationLost;
         }
     }
@@ -412,11 +287,11 @@ internal sealed unsafe class UringEngine : IoEngine
     {
         if (!armed && result < 0 && result != -Ecanceled)
         {
-            _generations[fd] = 0;
+            _watches.OnEnded(fd);
         }
         else if (!armed)
         {
-            var rearmed = Arm(fd, _pollEvents[fd]);
+            var rearmed = _watches.Rearm(fd);
             if (rearmed.IsError)
             {
                 if (result >= 0)
@@ -432,20 +307,8 @@ internal sealed unsafe class UringEngine : IoEngine
             }
         }
 
-        _eventOwners[index] = _owners[fd];
+        _eventOwners[index] = _watches.OwnerOf(fd);
         _eventBits[index] = Epoll.EPOLLIN;
         _accepted[index] = result;
-    }
-
-    private void EnsureCapacity(int fd)
-    {
-        if (fd >= _owners.Length)
-        {
-            int size = Math.Max(fd + 1, _owners.Length * 2);
-            Array.Resize(ref _owners, size);
-            Array.Resize(ref _accepts, size);
-            Array.Resize(ref _generations, size);
-            Array.Resize(ref _pollEvents, size);
-        }
     }
 }
