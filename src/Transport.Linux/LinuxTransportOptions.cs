@@ -113,6 +113,16 @@ public sealed class LinuxTransportOptions
     /// <summary>Measurement switches with fixed defaults: tests and benchmarks only, never configuration.</summary>
     internal TransportTuning Tuning { get; } = new();
 
+    /// <summary>
+    /// Kestrel's <c>Microsoft.AspNetCore.Server.Kestrel.FinOnError</c> AppContext switch, which the Sockets transport
+    /// honours too: an aborted connection ends with FIN (shutdown, then close) instead of RST, for peers (proxies, say)
+    /// that lose a response they already received when a reset follows it. Read as Sockets
+    /// reads it: once per process, into each options object; tests set it here.
+    /// </summary>
+    internal bool FinOnError { get; set; } = s_finOnError;
+
+    private static readonly bool s_finOnError = AppContext.TryGetSwitch("Microsoft.AspNetCore.Server.Kestrel.FinOnError", out bool on) && on;
+
     internal IEnumerable<string> Validate()
     {
         if (ThreadCount is < 1 or > 1024)

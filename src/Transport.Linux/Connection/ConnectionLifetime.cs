@@ -61,7 +61,10 @@ internal sealed class ConnectionLifetime(LinuxConnection connection) : IDisposab
         MaybeClose();
     }
 
-    /// <summary>Resets the connection (SO_LINGER 0, then close): the peer gets RST, the app's readers the reason.</summary>
+    /// <summary>
+    /// Resets the connection (SO_LINGER 0, then close): the peer gets RST, the app's readers the reason. With
+    /// <see cref="LinuxTransportOptions.FinOnError"/> the peer gets FIN instead.
+    /// </summary>
     public void Abort(ConnectionAbortedException? reason)
     {
         if (_connection.Socket.IsClosed)
@@ -70,10 +73,18 @@ internal sealed class ConnectionLifetime(LinuxConnection connection) : IDisposab
         }
 
         SetAbortReason(reason);
-        _reset = true;
-        _ = Interop.Socket.SetLingerZero(_connection.Socket.Value);
+
+        // With Kestrel's FinOnError switch the peer gets FIN after what the kernel already holds, as on Sockets;
+        // what the app wrote but the transport had not sent yet is dropped either way.
+        bool fin = _connection.Loop.Options.FinOnError;
+        if (!fin)
+        {
+            _reset = true;
+            _ = Interop.Socket.SetLingerZero(_connection.Socket.Value);
+        }
+
         _connection.Receive.End(AbortReason);
-        _connection.Send.End(AbortReason, graceful: false);
+        _connection.Send.End(AbortReason, graceful: fin);
         Close();
     }
 

@@ -2,6 +2,7 @@ using System.Net;
 using Kestrel.Transport.Linux.Hosting;
 using Microsoft.AspNetCore.Connections;
 using Microsoft.AspNetCore.Hosting;
+using Microsoft.AspNetCore.Server.Kestrel.Transport.Sockets;
 using Microsoft.Extensions.DependencyInjection;
 using Microsoft.Extensions.Logging;
 using Microsoft.Extensions.Options;
@@ -20,6 +21,9 @@ internal sealed class TransportSettings
 
     /// <summary>Linux only: applied after everything else.</summary>
     public Action<LinuxTransportOptions>? Linux { get; set; }
+
+    /// <summary>Sockets only: applied after everything else.</summary>
+    public Action<SocketTransportOptions>? Sockets { get; set; }
 }
 
 /// <summary>
@@ -66,6 +70,7 @@ internal sealed class TestTransport : IAsyncDisposable
             {
                 options.MaxReadBufferSize = settings.MaxReadBufferSize;
                 options.MaxWriteBufferSize = settings.MaxWriteBufferSize;
+                settings.Sockets?.Invoke(options);
             });
             services.AddSingleton<IMemoryPoolFactory<byte>>(memoryPool);
             var provider = services.BuildServiceProvider();
