@@ -141,6 +141,9 @@ public sealed class ResourceReleaseTests(ITestOutputHelper output)
         transport.MemoryPool.AssertAllReturned();
     }
 
+    /// <summary>Far more connects than one unbinding takes, and far fewer sockets than the process may open.</summary>
+    private const int MaxClientsWhileUnbinding = 5000;
+
     private async Task<(int Accepted, int Connected)> ConnectWhileUnbindingAsync(TransportKind kind)
     {
         await using var transport = TestTransport.Create(kind, output);
@@ -158,38 +161,51 @@ public sealed class ResourceReleaseTests(ITestOutputHelper output)
 
         var clients = new List<Socket>();
         using var stop = new CancellationTokenSource();
-        var connectLoop = Task.Run(async () =>
+        try
         {
-            while (!stop.IsCancellationRequested)
+            var connectLoop = Task.Run(async () =>
             {
-                var client = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp);
-                try
+                // Bounded: once connects are refused a loop that never waits would open sockets by the thousand per
+                // millisecond, and on a slow machine run the process out of descriptors before the stop comes.
+                while (!stop.IsCancellationRequested && clients.Count < MaxClientsWhileUnbinding)
                 {
-                    await client.ConnectAsync(endPoint);
-                }
-                catch (SocketException)
-                {
-                    // Refused once the listener is closed.
-                }
+                    var client = new Socket(AddressFamily.InterNetwork, SocketType.Stream, ProtocolType.Tcp);
+                    lock (clients)
+                    {
+                        clients.Add(client);
+                    }
 
-                lock (clients)
+                    try
+                    {
+                        await client.ConnectAsync(endPoint);
+                    }
+                    catch (SocketException)
+                    {
+                        // Refused once the listener is closed.
+                        await Task.Delay(1);
+                    }
+                }
+            });
+
+            await Task.Delay(200);
+            await listener.UnbindAsync().AsTask().WaitAsync(TestTimeouts.Default);
+            await Task.Delay(50);
+            await stop.CancelAsync();
+            await connectLoop.WaitAsync(TestTimeouts.Default);
+            await acceptLoop.WaitAsync(TestTimeouts.Default);
+            await listener.DisposeAsync();
+            await transport.StopAsync(expectRentals: false);
+        }
+        finally
+        {
+            await stop.CancelAsync();
+            lock (clients)
+            {
+                foreach (var client in clients)
                 {
-                    clients.Add(client);
+                    client.Dispose();
                 }
             }
-        });
-
-        await Task.Delay(200);
-        await listener.UnbindAsync().AsTask().WaitAsync(TestTimeouts.Default);
-        await Task.Delay(50);
-        await stop.CancelAsync();
-        await connectLoop.WaitAsync(TestTimeouts.Default);
-        await acceptLoop.WaitAsync(TestTimeouts.Default);
-        await listener.DisposeAsync();
-        await transport.StopAsync(expectRentals: false);
-        foreach (var client in clients)
-        {
-            client.Dispose();
         }
 
         return (accepted, clients.Count);
