@@ -10,7 +10,7 @@
 
 Every phase runs interleaved rounds of fresh servers, as compare.py's others do; report.py turns the
 records into tables of medians, min-max and per-round ratios to the baseline. These are functions of the
-compare.py Runner, which they drive through its methods (start, verify, prime, remeasure, record).
+Runner (runner.py), which they drive through its methods (start, verify, prime, remeasure, record).
 """
 
 from __future__ import annotations
@@ -24,13 +24,11 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import verify
-
-if TYPE_CHECKING:
-    from compare import MainServer, Runner, Scenario
-    from procs import Proc
+from model import MainServer, Scenario
+from procs import Proc
+from runner import Runner
 
 FIXED_BASE_WINDOWS = 3          # wrk windows of the baseline, per scenario, whose median is the saturated rate
 MIXED_WRK_LEAD_S = 0.5          # the downloads start this long before the small requests' warm-up
@@ -39,6 +37,17 @@ BLOCK_LEAD_S = 0.5              # the blocking request goes out this long into l
 BLOCK_TAIL_S = 1.0              # and loadgen keeps measuring this long after the block should have ended
 BYSTANDERS = 8                  # keep-alive bystander connections in the blocking phase (issue 32)
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+# Fixed rates: JSON over 64 keep-alive connections, and one MVC scenario of the same shape: /json-object is /json's
+# work (an object serialized to JSON per request) behind routing, action selection and MVC's output formatter, so
+# the two tables differ by what MVC costs per request.
+FIXED_SCENARIOS = [
+    Scenario("json-64", "JSON, 64 connections", "/json", 64),
+    Scenario("json-object-64", "app: GET /json-object (MVC, JSON formatter), 64 connections", "/json-object", 64),
+]
+# Mixed load on one loop: small requests at a fixed rate beside 8 MiB downloads (about 0.1 s each).
+MIXED_SMALL = Scenario("json-16", "JSON, 16 connections", "/json", 16)
+MIXED_BULK = Scenario("download8m-16", "GET 8 MiB bodies, 16 connections", "/download/8192", 16, timeout_s=10)
 
 
 def pid_cpu_seconds(pid: int) -> float:
@@ -230,7 +239,7 @@ def base_rates(runner: Runner, scenarios: list[Scenario]) -> dict[str, tuple[flo
     return rates
 
 
-def phase_fixed(runner: Runner, scenarios: list[Scenario]) -> None:
+def phase_fixed(runner: Runner, scenarios: list[Scenario] = FIXED_SCENARIOS) -> None:
     args = runner.args
     scenarios = [s for s in scenarios if s.name in args.fixed_scenarios]
     base = base_rates(runner, scenarios)
@@ -312,7 +321,7 @@ def fixed_window(runner: Runner, server: MainServer, scenario: Scenario, fractio
 
 # ---- mixed: bulk downloads and small requests on one loop ---------------------------------------
 
-def phase_mixed(runner: Runner, small: Scenario, bulk: Scenario) -> None:
+def phase_mixed(runner: Runner, small: Scenario = MIXED_SMALL, bulk: Scenario = MIXED_BULK) -> None:
     args = runner.args
     runner.meta["mixed"] = {"small": small.as_dict(), "bulk": bulk.as_dict(), "rate": args.mixed_rate,
                             "duration_s": args.mixed_duration, "warmup_s": args.mixed_warmup, "threads": 1,
@@ -388,7 +397,12 @@ def block_path(ms: int, how: str) -> str:
     return f"/block?ms={ms}&how={how}"
 
 
-def phase_blocking(runner: Runner, bystander: Scenario, probe: Scenario) -> None:
+# The bystanders' requests, and the sample's blocking handler as verification probes it.
+BLOCK_BYSTANDER = Scenario("json-8", "JSON, 8 bystander connections", "/json", BYSTANDERS)
+BLOCK_PROBE = Scenario("block", "GET /block (the sample's blocking handler), 0 ms", block_path(0, "sleep"), 1)
+
+
+def phase_blocking(runner: Runner, bystander: Scenario = BLOCK_BYSTANDER, probe: Scenario = BLOCK_PROBE) -> None:
     """`probe` is /block with ms=0, verified before the measurement (a build without /block answers 404:
     unsupported). The server is pinned to the first server CPU only, with one event loop."""
     args = runner.args
