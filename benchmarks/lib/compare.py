@@ -9,18 +9,19 @@ It measures server configurations side by side on a shared, noisy machine, so:
   - next to requests/s it records the server's CPU time per request, read from /proc.
 
 Phases (each its own interleaved rounds):
-  main     wrk scenarios against every configuration, pinned (server CPUs vs load CPUs);
-  latency  open-loop latency with benchmarks/loadgen at a fixed rate;
+  main     wrk scenarios against every configuration, pinned (server CPUs vs load CPUs) (saturated.py);
+  latency  open-loop latency with benchmarks/loadgen at a fixed rate (latency.py);
   hosting  Kestrel direct, behind nginx (TCP and Unix-socket upstream) and behind Caddy (hosting.py);
-  sweep    ThreadCount 1/2/4, unpinned;
+  sweep    ThreadCount 1/2/4, unpinned (saturated.py);
   fixed, mixed, blocking  below saturation, open loop (openloop.py): CPU and latency at fixed fractions
            of the baseline's rate; small requests beside bulk downloads on one loop; bystanders of a
            handler that blocks its thread.
   protocols  HTTP/2 with prior knowledge (h2load: JSON and a gRPC unary call) and WebSocket echo
            (benchmarks/wsload), closed loop at saturation (protocols.py).
 
-Results go to --out: results.json (every measurement), then report.py writes report.md,
-results.csv and the charts.
+The phases share model.py (configurations, scenarios) and runner.py (the Runner: starting, verifying, priming and
+measuring servers); none imports compare.py. Results go to --out: results.json (every measurement), then report.py
+writes report.md, results.csv and the charts.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import re
 import shlex
 import shutil
 import signal
+import subprocess
 import sys
 import time
 import traceback
@@ -46,7 +48,8 @@ import openloop  # noqa: E402
 import protocols  # noqa: E402
 import report  # noqa: E402
 import saturated  # noqa: E402
-from model import BIN, LIB, ROOT, SAMPLE_DLL, Config, Interrupted, Scenario, load_configs, parse_config_line  # noqa: E402
+from model import (BIN, LIB, ROOT, RUNTIME_LAYOUTS, SAMPLE_DLL, Config, Interrupted, Scenario, load_configs,  # noqa: E402
+                   parse_config_line)
 from procs import CLK_TCK, Proc, cpu_count, run_capture  # noqa: E402
 from runner import DISTURBED_OTHER_LOAD, Runner  # noqa: E402
 
@@ -168,6 +171,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--perf-stat", action="store_true",
                    help="also count the server's context switches and system calls in each measured window "
                         "(`perf stat -p`; needs perf and root or kernel.perf_event_paranoid <= 0)")
+    p.add_argument("--runtimes", help="run every selected .NET configuration on each of these runtimes, named NAME@R "
+                   f"(of {','.join(RUNTIME_LAYOUTS)}; 11 is laid out by tests/dotnet11/layout.sh); ratios are to "
+                   "--baseline on the same runtime. A configuration line can also say @runtime=R")
     p.add_argument("--no-build", action="store_true", help="skip `dotnet build` (handled by compare.sh)")
     args = p.parse_args(argv)
     quick = args.quick
@@ -192,6 +198,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args.blocking_rate = args.blocking_rate or 1000.0
     args.blocking_warmup = args.blocking_warmup if args.blocking_warmup is not None else (1.0 if quick else 5.0)
     args.phases = [x for x in args.phases.split(",") if x]
+    args.runtimes = [x for x in (args.runtimes or "").split(",") if x]
+    for runtime in args.runtimes:
+        if runtime not in RUNTIME_LAYOUTS:
+            p.error(f"--runtimes: unknown runtime {runtime!r}; known: {', '.join(RUNTIME_LAYOUTS)}")
     args.scenarios = set(args.scenarios.split(",")) if args.scenarios else None
     if args.scenarios:
         unknown = args.scenarios - {s.name for s in saturated.main_scenarios(quick=False)}
@@ -286,7 +296,7 @@ def estimate_seconds(args: argparse.Namespace, configs: list[Config]) -> float:
                                      + args.mixed_duration + loadgen_overhead + 1)
     if "blocking" in args.phases:
         per_round += len(kestrel) * len(args.blocking_how) * (
-            start + args.blocking_warmup + openloop.BLOCK_LEAD_S + args.blocking_ms / 1000 + openloop.BLOCK_TAIL_S
+            start + args.warmup_first + args.blocking_warmup + openloop.BLOCK_LEAD_S + args.blocking_ms / 1000 + openloop.BLOCK_TAIL_S
             + loadgen_overhead)
     if "protocols" in args.phases:
         # Two servers per configuration (HTTP/2 only, then HTTP/1.1 for the WebSocket upgrade), each primed.
@@ -304,6 +314,8 @@ def main(argv: list[str]) -> int:
         if unknown:
             raise SystemExit(f"compare: unknown configuration(s) {unknown}")
         configs = [c for c in configs if c.name in wanted]
+    if args.runtimes:
+        configs, table = with_runtimes(configs, args.runtimes), with_runtimes(table, args.runtimes)
     for tool in ("wrk", "taskset", "dotnet") + (("perf",) if args.perf_stat else ()):
         if not shutil.which(tool):
             raise SystemExit(f"compare: {tool} is not installed (see .ci/run for the packages)")
@@ -315,7 +327,8 @@ def main(argv: list[str]) -> int:
             raise SystemExit(f"compare: configuration {config.name}: @sample={config.sample} does not exist "
                              "(build that tree's samples/TechEmpower in Release first)")
 
-    runner = Runner(args, configs, table)
+    roots = lay_out_runtimes(configs)
+    runner = Runner(args, configs, table, roots)
 
     def on_signal(signum, _frame):
         runner.interrupted = True
@@ -334,7 +347,7 @@ def main(argv: list[str]) -> int:
         "wrk_threads": args.wrk_threads, "baseline": args.baseline, "phases": args.phases,
         "estimated_s": round(estimate), "error_tolerance": ERROR_TOLERANCE,
         "stripped_env": runner.stripped_env, "machine": machine_info(),
-        "clk_tck": CLK_TCK,
+        "clk_tck": CLK_TCK, "runtimes": args.runtimes, "dotnet_roots": {k: str(v) for k, v in roots.items()},
     }
     print(f"compare: {len(configs)} configurations, {args.rounds} rounds, phases {','.join(args.phases)}; "
           f"estimated {estimate / 60:.1f} min; output {args.out}", flush=True)
@@ -359,7 +372,8 @@ def main(argv: list[str]) -> int:
         Proc.stop_all()
         shutil.rmtree(runner.tmp, ignore_errors=True)
         runner.meta["elapsed_s"] = round(time.monotonic() - runner.started)
-        runner.meta["libuv"] = libuv_version(runner.startup_lines.get("libuv", ""))
+        libuv = next((c.name for c in configs if c.origin == "libuv"), "libuv")
+        runner.meta["libuv"] = libuv_version(runner.startup_lines.get(libuv, ""))
         runner.save()
 
     report.generate(Path(args.out))
@@ -372,6 +386,36 @@ def main(argv: list[str]) -> int:
         if problems:
             status = 1
     return status
+
+
+def with_runtimes(configs: list[Config], runtimes: list[str]) -> list[Config]:
+    """--runtimes: every .NET row without a runtime of its own once per runtime (linux@10, linux@11, ...); the C
+    ceiling, which is not .NET, and rows with their own @runtime= stay as they are."""
+    result = []
+    for config in configs:
+        if config.kind == "ceiling" or config.runtime:
+            result.append(config)
+        else:
+            result += [config.on_runtime(r) for r in runtimes]
+    return result
+
+
+def lay_out_runtimes(configs: list[Config]) -> dict[str, Path]:
+    """Each runtime the configurations ask for that is not the SDK's own, laid out (tests/dotnet11/layout.sh, which
+    reuses a finished layout) as a DOTNET_ROOT."""
+    roots = {}
+    for runtime in sorted({c.runtime for c in configs if c.kind == "kestrel" and c.runtime}):
+        script = RUNTIME_LAYOUTS[runtime]
+        if script is None:
+            continue
+        print(f"compare: laying out .NET {runtime} ({script.relative_to(ROOT)})", flush=True)
+        done = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=1800)
+        root = Path(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 and done.stdout.strip() else None
+        if root is None or not (root / "dotnet").is_file():
+            raise SystemExit(f"compare: {script.relative_to(ROOT)} failed (exit {done.returncode}): "
+                             f"{done.stderr.strip()[-500:]}")
+        roots[runtime] = root
+    return roots
 
 
 def libuv_version(startup_line: str) -> str:

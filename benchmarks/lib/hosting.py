@@ -27,7 +27,7 @@ def phase_hosting(runner: Runner, all_scenarios: list[Scenario] = HOSTING_SCENAR
                   core_paths: list[str] = CORE_PATHS) -> None:
     """Every hosting model × transport, rotated each round: a fresh server, and its proxy, per setup."""
     models = runner.args.hosting
-    transports = [t for t in runner.args.hosting_transports if t in runner.by_name]
+    transports = [c.name for c in runner.rows_named(runner.args.hosting_transports)]
     scenarios = all_scenarios if not runner.args.quick else [all_scenarios[1]]
     runner.meta["hosting"] = {"models": models, "transports": transports,
                               "scenarios": [s.as_dict() for s in scenarios]}

@@ -25,7 +25,8 @@ def phase_latency(runner: Runner) -> None:
     elif runner.args.quick:
         runner.latency_rate, runner.latency_rate_source = 2000.0, "fixed low rate for --quick"
     else:
-        base = runner.args.baseline
+        baseline = runner.baseline_row()
+        base = baseline.name if baseline else runner.args.baseline
         values = [m["rps"] for m in runner.measurements
                   if m["phase"] == "main" and m["scenario"] == "json-256" and m["config"] == base
                   and m["error_total"] == 0]

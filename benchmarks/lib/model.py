@@ -5,6 +5,7 @@ of them.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shlex
@@ -19,6 +20,10 @@ BIN = ROOT / "artifacts" / "benchmarks" / "bin"
 SAMPLE_DLL = ROOT / "samples" / "TechEmpower" / "bin" / "Release" / "net10.0" / "TechEmpower.dll"
 PIPELINE_LUA = LIB / "pipeline.lua"
 USAGE_EXIT_CODE = 2                 # the sample's exit code for a command line it does not accept
+# The runtimes a configuration can run on (@runtime=N, --runtimes): "10" is the SDK's own (`dotnet` on PATH); "11"
+# is .NET 11.0.0, which the script named here lays out from NuGet's runtime packs as a DOTNET_ROOT, and which the
+# net10.0 sample runs on with DOTNET_ROLL_FORWARD=LatestMajor.
+RUNTIME_LAYOUTS = {"10": None, "11": ROOT / "tests" / "dotnet11" / "layout.sh"}
 STRIPPED_ENV_PREFIXES = ("Kestrel__", "ASPNETCORE_", "DOTNET_SYSTEM_NET_SOCKETS_", "DOTNET_ThreadPool_")
 CORE_PATHS = ["/plaintext", "/json"]
 BULK_RESPONSE_BYTES = 64 * 1024     # responses this large per request also get MiB/s (what wrk received)
@@ -39,6 +44,15 @@ class Config:
     line: str
     optional: bool = False                     # a start failure means "unavailable", not "failed"
     sample: Path | None = None                 # another build of the sample (@sample=PATH)
+    runtime: str | None = None                 # @runtime=N or --runtimes: a key of RUNTIME_LAYOUTS; None: `dotnet`
+    origin: str = ""                           # the table row it came from (linux for linux@11)
+
+    def __post_init__(self) -> None:
+        self.origin = self.origin or self.name
+
+    def on_runtime(self, runtime: str) -> "Config":
+        """This row on another runtime, named NAME@RUNTIME (--runtimes)."""
+        return dataclasses.replace(self, name=f"{self.origin}@{runtime}", runtime=runtime)
 
     @property
     def sample_dll(self) -> Path:
@@ -60,7 +74,8 @@ def parse_config_line(line: str) -> Config | None:
     env: dict[str, str] = {}
     optional = False
     sample: Path | None = None
-    while rest and (rest[0] == "@optional" or rest[0].startswith("@sample=")
+    runtime: str | None = None
+    while rest and (rest[0] == "@optional" or rest[0].startswith(("@sample=", "@runtime="))
                     or re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", rest[0])):
         token = rest.pop(0)
         if token == "@optional":
@@ -69,9 +84,16 @@ def parse_config_line(line: str) -> Config | None:
         if token.startswith("@sample="):
             sample = Path(os.path.expanduser(token.partition("=")[2])).resolve()
             continue
+        if token.startswith("@runtime="):
+            runtime = token.partition("=")[2]
+            if runtime not in RUNTIME_LAYOUTS:
+                raise SystemExit(f"compare: configuration {name}: {token}: known runtimes are "
+                                 + ", ".join(RUNTIME_LAYOUTS))
+            continue
         key, _, value = token.partition("=")
         env[key] = value
     if rest == ["@ceiling"]:
+        # The C server is not .NET: a runtime does not apply to it.
         return Config(name, "ceiling", env, [[]], text, optional, sample)
     alternatives: list[list[str]] = [[]]
     for token in rest:
@@ -79,7 +101,7 @@ def parse_config_line(line: str) -> Config | None:
             alternatives.append([])
         else:
             alternatives[-1].append(token)
-    return Config(name, "kestrel", env, alternatives, text, optional, sample)
+    return Config(name, "kestrel", env, alternatives, text, optional, sample, runtime)
 
 
 def load_configs(path: Path, extra: list[str]) -> list[Config]:

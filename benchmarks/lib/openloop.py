@@ -208,7 +208,7 @@ def base_rates(runner: Runner, scenarios: list[Scenario]) -> dict[str, tuple[flo
     todo = [s for s in scenarios if s.name not in rates]
     if not todo:
         return rates
-    config = runner.table.get(args.baseline)
+    config = runner.baseline_row()
     if config is None or config.kind == "ceiling":
         for s in todo:
             runner.event("fixed", "*", "skipped", f"no base rate: configuration {args.baseline!r} is not in the "
@@ -409,6 +409,7 @@ def phase_blocking(runner: Runner, bystander: Scenario = BLOCK_BYSTANDER, probe:
     cpu = str(runner.server_cpu_list[0])
     runner.meta["blocking"] = {"ms": args.blocking_ms, "hows": args.blocking_how, "rate": args.blocking_rate,
                                "bystanders": BYSTANDERS, "path": bystander.path, "warmup_s": args.blocking_warmup,
+                               "prime_s": args.warmup_first,
                                "server_cpu": cpu, "threads": 1, "baseline": args.baseline}
     todo = plans(runner, "blocking", [bystander, probe], complete=True)
     for round_no in range(1, args.rounds + 1):
@@ -445,14 +446,17 @@ def block_window(runner: Runner, server: MainServer, bystander: Scenario, how: s
         return
     samples = runner.tmp / f"blocking-{server.port}.txt"
     block_s = args.blocking_ms / 1000
+    # The server was not primed with wrk (saturation would grow the thread pool the block then meets): the bystanders'
+    # own warm-up primes it, --warmup-first longer.
+    warmup = args.blocking_warmup + args.warmup_first
     argv = loadgen_argv(runner, server.port, bystander.path, BYSTANDERS, args.blocking_rate,
-                        BLOCK_LEAD_S + block_s + BLOCK_TAIL_S, args.blocking_warmup, drain=block_s + 3, samples=samples)
+                        BLOCK_LEAD_S + block_s + BLOCK_TAIL_S, warmup, drain=block_s + 3, samples=samples)
     answer, result, window, error = None, None, None, ""
     try:
         for _ in range(3):
             verify.exchange_on(client, verify.request_bytes(target, block_path(0, how)))
         with MarkedLoadgen(runner, argv, server.proc) as loadgen:
-            if loadgen.started.wait(timeout=args.blocking_warmup + 10):
+            if loadgen.started.wait(timeout=warmup + 10):
                 time.sleep(BLOCK_LEAD_S)
                 sent = time.monotonic_ns()
                 try:
@@ -463,7 +467,7 @@ def block_window(runner: Runner, server: MainServer, bystander: Scenario, how: s
                 except (OSError, verify.ProtocolError, ValueError) as exc:
                     error = f"/block: {exc}"
                 returned = time.monotonic_ns()
-            result, window, loadgen_error = loadgen.finish(args.blocking_warmup + 2 * block_s + 40)
+            result, window, loadgen_error = loadgen.finish(warmup + 2 * block_s + 40)
             error = error or loadgen_error
     except (OSError, verify.ProtocolError, ValueError) as exc:
         error = f"/block with ms=0: {exc}"

@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.dont_write_bytecode = True   # run by hand too: no __pycache__ in the source tree
 from report_charts import make_charts  # noqa: E402
-from report_common import median, reasons_for  # noqa: E402
+from report_common import median, reasons_for, runtime_label  # noqa: E402
 from report_openloop import (blocking_section, fixed_section, issue32_targets, latency_section,  # noqa: E402
                              mixed_section, protocols_section)
 from report_saturated import hosting_section, scenario_table, sweep_section, targets_section  # noqa: E402
@@ -129,9 +129,10 @@ def write_markdown(out: Path, data: dict, charts: list[tuple[str, str]], chart_n
               f"{machine.get('nginx')} | {machine.get('caddy')} | {machine.get('gcc')} |", ""]
 
     configs = {c["name"]: c for c in data["configs"]}
-    libuv = configs.get("libuv")
+    # With --runtimes the row is libuv@10, libuv@11...: the first of them.
+    libuv = configs.get("libuv") or next((c for c in data["configs"] if c.get("origin") == "libuv"), None)
     lines += ["### The libuv comparator", ""]
-    libuv_ran = any(m["config"] == "libuv" for m in data["measurements"])
+    libuv_ran = libuv is not None and any(m["config"] == libuv["name"] for m in data["measurements"])
     if libuv and (libuv.get("startup_line") or libuv_ran):
         version = meta.get("libuv") or "not printed by the sample"
         what = ("benchmarks/LibuvComparator, a libuv transport for Kestrel rebuilt on the system's libuv1 "
@@ -142,7 +143,7 @@ def write_markdown(out: Path, data: dict, charts: list[tuple[str, str]], chart_n
         lines += [f"The `libuv` rows ran {what}{source}. System package libuv1: "
                   f"{machine.get('libuv1_package')}.", ""]
     elif libuv:
-        why = reasons_for(data["events"], "main", "libuv", None, "middleware") or "it did not run"
+        why = reasons_for(data["events"], "main", libuv["name"], None, "middleware") or "it did not run"
         lines += [f"The libuv transport did not run in this run ({why}); system package libuv1: "
                   f"{machine.get('libuv1_package')}.", ""]
     else:
@@ -151,20 +152,27 @@ def write_markdown(out: Path, data: dict, charts: list[tuple[str, str]], chart_n
     lines += targets_section(data)
 
     lines += ["## Configurations", "",
-              "| Configuration | Server command | Environment | Startup line |", "|---|---|---|---|"]
+              "| Configuration | Runtime | Server command | Environment | Startup line |", "|---|---|---|---|---|"]
     ran_main = any(m["phase"] == "main" for m in data["measurements"])
     for c in data["configs"]:
         env = " ".join(f"`{k}={v}`" for k, v in c["env"].items()) or "–"
         command = f"`{c['command']}`" if c.get("command") else (
             f"`{c['line']}`" + (" (did not start)" if ran_main else " (no main phase in this run)"))
         startup = f"`{c['startup_line']}`" if c.get("startup_line") else "–"
-        lines.append(f"| {c['name']} | {command} | {env} | {startup} |")
+        lines.append(f"| {c['name']} | {runtime_label(c)} | {command} | {env} | {startup} |")
+    lines += ["", "*Runtime*: the shared framework the configuration's servers ran on, read from the Kestrel.Core "
+              "assembly each one had mapped (`/proc/PID/maps`) once it answered; a server on another runtime than "
+              "its configuration asked for (`@runtime=`, `--runtimes`) failed to start."
+              + "".join(f" .NET {r} came from `{root}` (`DOTNET_ROLL_FORWARD=LatestMajor`)."
+                        for r, root in (meta.get("dotnet_roots") or {}).items())]
     if meta.get("stripped_env"):
         lines += ["", "Removed from the servers' environment (inherited from the caller): "
                   + ", ".join(f"`{k}`" for k in meta["stripped_env"]) + "."]
     lines += ["", "## How to read the tables", "",
               f"- **Median req/s** over the rounds; **min–max** shows the spread. **vs {meta.get('baseline')}** "
-              f"divides this row's median by {meta.get('baseline')}'s median (above 1 is faster).",
+              f"divides this row's median by {meta.get('baseline')}'s median (above 1 is faster)"
+              + (f"; with `--runtimes`, by {meta.get('baseline')}'s on the same runtime (linux@11 by "
+                 f"{meta.get('baseline')}@11)." if meta.get("runtimes") else "."),
               "- **CPU µs/req**: the server process's CPU time (user + system, all threads, from /proc/PID/stat) "
               "during the measured window divided by the requests answered in it (lower is better; for its "
               "ratio, below 1 is cheaper). On a pinned single CPU this is the truest efficiency figure: "

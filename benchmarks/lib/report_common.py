@@ -163,3 +163,44 @@ def not_measured(data: dict, phase: str, names: list[str]) -> list[str]:
         reason = f"{event['state']}: {event['reason']}" if event else "not measured"
         reasons.append(f"{name} ({reason[:157] + '…' if len(reason) > 160 else reason})")
     return ["Not measured: " + "; ".join(reasons) + ".", ""]
+
+
+# ---- runtimes (--runtimes, @runtime=) ---------------------------------------------------------------
+
+def peer(data: dict, name: str, origin: str) -> str:
+    """The row made from table row `origin` on the runtime of row `name` (sockets@11 for linux@11), else `origin`:
+    ratios compare configurations on the same runtime."""
+    runtime = next((c.get("runtime") for c in data["configs"] if c["name"] == name), None)
+    if not runtime:
+        return origin
+    return next((c["name"] for c in data["configs"] if c.get("origin") == origin and c.get("runtime") == runtime),
+                origin)
+
+
+def runtime_label(c: dict) -> str:
+    """The runtime a configuration really ran on (from the Kestrel.Core its servers mapped), or what it asked for."""
+    if c["kind"] == "ceiling":
+        return "none (C)"
+    if c.get("runtime_seen"):
+        return f".NET {c['runtime_seen']}"
+    return f".NET {c['runtime']} (asked; never started)" if c.get("runtime") else "–"
+
+
+def runtimes_differ(data: dict) -> bool:
+    return len({runtime_label(c) for c in data["configs"] if c["kind"] != "ceiling"}) > 1
+
+
+def rt_head(data: dict) -> str:
+    """A Runtime column after a table's configuration column, where the configurations ran on different runtimes."""
+    return " Runtime |" if runtimes_differ(data) else ""
+
+
+def rt_sep(data: dict) -> str:
+    return "---|" if runtimes_differ(data) else ""
+
+
+def rt_cell(data: dict, name: str) -> str:
+    if not runtimes_differ(data):
+        return ""
+    c = next((c for c in data["configs"] if c["name"] == name), None)
+    return f" {runtime_label(c) if c else '–'} |"

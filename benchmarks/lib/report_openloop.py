@@ -5,8 +5,8 @@ latency table, fixed rates, mixed load, blocking bystanders, HTTP/2, gRPC and We
 from __future__ import annotations
 
 from report_common import (LOAD_BOUND_UTIL, Summary, fmt_int, fmt_latency, fmt_pct, fmt_ratio, fmt_us, lag_p99,
-                           latency_cells, median, not_measured, paired, paired_ratios, percentile, reasons_for, select,
-                           spread)
+                           latency_cells, median, not_measured, paired, paired_ratios, peer, percentile, reasons_for,
+                           rt_cell, rt_head, rt_sep, select, spread)
 
 
 def latency_section(data: dict) -> list[str]:
@@ -23,15 +23,15 @@ def latency_section(data: dict) -> list[str]:
              "each round's percentile; \"loadgen lag\" is how late the generator itself was (p99): when it is "
              "large the machine, not the server, delayed the requests. CPU µs/request at a fixed, modest rate "
              "includes the server's idle-time costs (timers, polling), which a saturated run hides.", "",
-             "| Configuration | Achieved req/s | p50 | p90 | p99 | p99.9 | max (worst round) | "
+             "| Configuration |" + rt_head(data) + " Achieved req/s | p50 | p90 | p99 | p99.9 | max (worst round) | "
              "CPU µs/req at this rate | loadgen lag p99 | Other load | Rounds | Errors |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+             "|---|" + rt_sep(data) + "---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for c in data["configs"]:
         name = c["name"]
         rs = select(rows, config=name)
         if not rs:
             why = reasons_for(data["events"], "latency", name, "json-256-open-loop", None) or "not measured"
-            lines.append(f"| {name} | – | – | – | – | – | – | – | – | – | 0 | {why} |")
+            lines.append(f"| {name} |{rt_cell(data, name)} – | – | – | – | – | – | – | – | – | 0 | {why} |")
             continue
         sm = Summary(rs)
 
@@ -40,7 +40,7 @@ def latency_section(data: dict) -> list[str]:
 
         worst = max(r["latency_us"]["max"] for r in rs)
         lag = median(r["send_lag_us"]["p99"] for r in rs)
-        lines.append(f"| {name} | {fmt_int(sm.rps)} | {p('p50')} | {p('p90')} | {p('p99')} | {p('p99.9')} | "
+        lines.append(f"| {name} |{rt_cell(data, name)} {fmt_int(sm.rps)} | {p('p50')} | {p('p90')} | {p('p99')} | {p('p99.9')} | "
                      f"{fmt_latency(worst)} | {fmt_us(sm.cpu)} | {fmt_latency(lag)} | {fmt_pct(sm.other_util)} | "
                      f"{sm.n} | {sm.errors_text()} |")
     return lines + [""]
@@ -70,20 +70,20 @@ def fixed_section(data: dict) -> list[str]:
         lines += [f"### {s['name']}: {s['title']}", "",
                   f"`GET {s['path']}`, {s['connections']} keep-alive connections; 100% = {fmt_int(base.get('rate'))} "
                   f"req/s ({base.get('source', '?')}).", "",
-                  f"| Rate | Configuration | Achieved req/s | CPU µs/req | vs {baseline} | Server CPU | p50 | p99 | p99.9 "
+                  f"| Rate | Configuration |{rt_head(data)} Achieved req/s | CPU µs/req | vs {baseline} | Server CPU | p50 | p99 | p99.9 "
                   f"| p99 vs {baseline} | lag p99 | Other load | Rounds | Errors |",
-                  "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+                  "|---|---|" + rt_sep(data) + "---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
         for fraction in fixed["fractions"]:
             target = fixed["rates"].get(s["name"], {}).get(str(fraction))
-            base_rows = select(rows, scenario=s["name"], fraction=fraction, config=baseline)
             for c in data["configs"]:
                 rs = select(rows, scenario=s["name"], fraction=fraction, config=c["name"])
                 if not rs:
                     continue
+                base_rows = select(rows, scenario=s["name"], fraction=fraction, config=peer(data, c["name"], baseline))
                 names.append(c["name"])
                 sm = Summary(rs)
                 lines.append(
-                    f"| {fraction:.0%} ({fmt_int(target)}/s) | {c['name']} | {fmt_int(sm.rps)} | "
+                    f"| {fraction:.0%} ({fmt_int(target)}/s) | {c['name']} |{rt_cell(data, c['name'])} {fmt_int(sm.rps)} | "
                     f"{spread(rs, lambda r: r.get('cpu_us_per_request'), fmt_us)} | "
                     f"{paired(rs, base_rows, lambda r: r.get('cpu_us_per_request'))} | {fmt_pct(sm.server_util)} | "
                     f"{latency_cells(rs, base_rows)} | {fmt_latency(median(lag_p99(r) for r in rs))} | "
@@ -108,19 +108,19 @@ def mixed_section(data: dict) -> list[str]:
              f"{mixed['warmup_s']:g} s warm-up with both running, {mixed['duration_s']:g} s measured. **Bulk MiB/s** "
              "is what wrk received over its whole run, which spans the small requests' warm-up and window. "
              f"Ratios: median of per-round ratios to {baseline} (min–max).", "",
-             f"| Configuration | Small req/s | p50 | p99 | p99.9 | p99 vs {baseline} | Bulk MiB/s | vs {baseline} | "
+             f"| Configuration |{rt_head(data)} Small req/s | p50 | p99 | p99.9 | p99 vs {baseline} | Bulk MiB/s | vs {baseline} | "
              "Server CPU | lag p99 | Other load | Rounds | Errors |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
-    base_rows = select(rows, config=baseline)
+             "|---|" + rt_sep(data) + "---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     names = []
     for c in data["configs"]:
         rs = select(rows, config=c["name"])
         if not rs:
             continue
+        base_rows = select(rows, config=peer(data, c["name"], baseline))
         names.append(c["name"])
         sm = Summary(rs)
         lines.append(
-            f"| {c['name']} | {fmt_int(sm.rps)} | {latency_cells(rs, base_rows)} | "
+            f"| {c['name']} |{rt_cell(data, c['name'])} {fmt_int(sm.rps)} | {latency_cells(rs, base_rows)} | "
             f"{spread(rs, lambda r: r['bulk_mib_per_s'], fmt_int)} | "
             f"{paired(rs, base_rows, lambda r: r['bulk_mib_per_s'])} | {fmt_pct(sm.server_util)} | "
             f"{fmt_latency(median(lag_p99(r) for r in rs))} | {fmt_pct(sm.other_util)} | {sm.n} | {sm.errors_text()} |")
@@ -137,7 +137,8 @@ def blocking_section(data: dict) -> list[str]:
              f"A fresh server per block, pinned to CPU {blocking['server_cpu']} alone with one event loop "
              f"(`--threads {blocking['threads']}`). {blocking['bystanders']} keep-alive bystanders send `GET "
              f"{blocking['path']}` at a fixed total {blocking['rate']:,.0f} req/s (loadgen, open loop; "
-             f"{blocking['warmup_s']:g} s warm-up). Then a request on an established keep-alive connection makes the "
+             + (f"{blocking['prime_s']:g} s of priming and " if "prime_s" in blocking else "")
+             + f"{blocking['warmup_s']:g} s warm-up). Then a request on an established keep-alive connection makes the "
              f"sample's handler block its thread for {blocking['ms']:,} ms (`/block?how=…`): `sleep` is "
              "`Thread.Sleep`, `result` is `.Result` on a task a `Task.Delay` completes, `lock` waits for a lock "
              "another thread holds. **Worst wait**: the longest latency of a bystander request due while the "
@@ -147,21 +148,21 @@ def blocking_section(data: dict) -> list[str]:
     names = []
     for how in blocking["hows"]:
         lines += [f"### how={how}", "",
-                  f"| Configuration | Worst wait | vs {baseline} | Handler blocked | Due during the block | "
+                  f"| Configuration |{rt_head(data)} Worst wait | vs {baseline} | Handler blocked | Due during the block | "
                   "Answered before the handler returned | lag p99 | Other load | Rounds | Errors |",
-                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
-        base_rows = select(rows, how=how, config=baseline)
+                  "|---|" + rt_sep(data) + "---:|---:|---:|---:|---:|---:|---:|---:|---|"]
         for c in data["configs"]:
             rs = select(rows, how=how, config=c["name"])
             if not rs:
                 continue
+            base_rows = select(rows, how=how, config=peer(data, c["name"], baseline))
             names.append(c["name"])
             sm = Summary(rs)
             due = sum(r["bystanders_during"] for r in rs)
             answered = sum(r["answered_before_return"] for r in rs)
             answered_text = f"{answered:,} ({answered / due:.0%})" if due else "–"
             lines.append(
-                f"| {c['name']} | {spread(rs, lambda r: r['worst_wait_us'], fmt_latency)} | "
+                f"| {c['name']} |{rt_cell(data, c['name'])} {spread(rs, lambda r: r['worst_wait_us'], fmt_latency)} | "
                 f"{paired(rs, base_rows, lambda r: r['worst_wait_us'])} | "
                 f"{fmt_latency(median(r['blocked_ms'] * 1000 for r in rs))} | {due:,} | {answered_text} | "
                 f"{fmt_latency(median(lag_p99(r) for r in rs))} | {fmt_pct(sm.other_util)} | {sm.n} | "
@@ -174,7 +175,6 @@ def protocols_section(data: dict) -> list[str]:
     protocols = data["meta"].get("protocols")
     if not protocols:
         return []
-    rows = select(data["measurements"], phase="protocols")
     baseline = protocols["baseline"]
     meta = data["meta"]
     paired_order = ", both windows seconds apart (`--order paired`)" if protocols.get("order") == "paired" else ""
@@ -195,27 +195,38 @@ def protocols_section(data: dict) -> list[str]:
     names = []
     for s in protocols["scenarios"]:
         unit = "msgs/s" if s["path"] == "/ws" else "req/s"
-        lines += [f"### {s['name']}: {s['title']}", "",
-                  f"| Configuration | Median {unit} | Min–max | vs {baseline} | CPU µs/req | vs {baseline} | Server CPU | "
-                  "Client CPU | Other load | Rounds | Errors |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
-        base_rows = select(rows, scenario=s["name"], config=baseline)
-        for c in data["configs"]:
-            rs = select(rows, scenario=s["name"], config=c["name"])
-            if not rs:
-                why = reasons_for(data["events"], "protocols", c["name"], s["name"], "middleware")
-                if why:
-                    lines.append(f"| {c['name']} | – | – | – | – | – | – | – | – | 0 | {why} |")
-                continue
-            names.append(c["name"])
-            sm = Summary(rs)
-            load = fmt_pct(sm.load_util) + (" ²" if sm.load_util is not None and sm.load_util >= LOAD_BOUND_UTIL else "")
-            lines.append(
-                f"| {c['name']} | {fmt_int(sm.rps)} | {fmt_int(sm.rps_min)}–{fmt_int(sm.rps_max)} | "
-                f"{paired(rs, base_rows, lambda r: r['rps'])} | {fmt_us(sm.cpu)} | "
-                f"{paired(rs, base_rows, lambda r: r.get('cpu_us_per_request'))} | {fmt_pct(sm.server_util)} | {load} | "
-                f"{fmt_pct(sm.other_util)} | {sm.n} | {sm.errors_text()} |")
-        lines.append("")
+        lines += [f"### {s['name']}: {s['title']}", ""] + closed_loop_table(data, "protocols", s, unit, baseline, names)
     return lines + not_measured(data, "protocols", names)
+
+
+def closed_loop_table(data: dict, phase: str, s: dict, unit: str, baseline: str, names: list[str],
+                      extra_head: str = "", extra_cells=None) -> list[str]:
+    """One scenario of a closed-loop phase (protocols, tls): throughput and CPU per answer with their paired ratios,
+    a row per configuration; extra_cells(rows) adds the columns named by extra_head (" A | B |")."""
+    rows = select(data["measurements"], phase=phase)
+    width = extra_head.count("|")
+    lines = [f"| Configuration |{rt_head(data)} Median {unit} | Min–max | vs {baseline} | CPU µs/req | vs {baseline} | "
+             f"Server CPU |{extra_head} Client CPU | Other load | Rounds | Errors |",
+             "|---|" + rt_sep(data) + "---:|---:|---:|---:|---:|---:|" + "---:|" * width + "---:|---:|---:|---|"]
+    for c in data["configs"]:
+        rs = select(rows, scenario=s["name"], config=c["name"])
+        if not rs:
+            why = reasons_for(data["events"], phase, c["name"], s["name"], "middleware")
+            if why:
+                lines.append(f"| {c['name']} |{rt_cell(data, c['name'])} – | – | – | – | – | – |" + " – |" * width
+                             + f" – | – | 0 | {why} |")
+            continue
+        base_rows = select(rows, scenario=s["name"], config=peer(data, c["name"], baseline))
+        names.append(c["name"])
+        sm = Summary(rs)
+        load = fmt_pct(sm.load_util) + (" ²" if sm.load_util is not None and sm.load_util >= LOAD_BOUND_UTIL else "")
+        lines.append(
+            f"| {c['name']} |{rt_cell(data, c['name'])} {fmt_int(sm.rps)} | {fmt_int(sm.rps_min)}–{fmt_int(sm.rps_max)} | "
+            f"{paired(rs, base_rows, lambda r: r['rps'])} | {fmt_us(sm.cpu)} | "
+            f"{paired(rs, base_rows, lambda r: r.get('cpu_us_per_request'))} | {fmt_pct(sm.server_util)} |"
+            + (extra_cells(rs) if extra_cells else "") + f" {load} | "
+            f"{fmt_pct(sm.other_util)} | {sm.n} | {sm.errors_text()} |")
+    return lines + [""]
 
 
 def adaptive_twin(name: str) -> str:
@@ -262,7 +273,7 @@ def issue32_targets(data: dict) -> list[str]:
                 cpu = med("fixed", name, lambda r: r.get("cpu_us_per_request"), scenario=s["name"], fraction=f)
                 if cpu is None:
                     continue
-                inline = med("fixed", ISSUE32_INLINE, lambda r: r.get("cpu_us_per_request"), scenario=s["name"], fraction=f)
+                inline = med("fixed", peer(data, name, ISSUE32_INLINE), lambda r: r.get("cpu_us_per_request"), scenario=s["name"], fraction=f)
                 if inline:
                     row(name, f"CPU/req vs {ISSUE32_INLINE}", where, "≤ 1.10×", fmt_ratio(cpu / inline), cpu / inline <= 1.10)
                 ceiling = med("fixed", ISSUE32_CEILING, lambda r: r.get("cpu_us_per_request"), scenario=s["name"], fraction=f)
@@ -272,17 +283,17 @@ def issue32_targets(data: dict) -> list[str]:
                         cpu / ceiling <= bound)
                 for key in ("p99", "p99.9"):
                     mine = med("fixed", name, percentile(key), scenario=s["name"], fraction=f)
-                    ref = med("fixed", ISSUE32_SOCKETS, percentile(key), scenario=s["name"], fraction=f)
+                    ref = med("fixed", peer(data, name, ISSUE32_SOCKETS), percentile(key), scenario=s["name"], fraction=f)
                     if ref:
                         row(name, f"{key} vs {ISSUE32_SOCKETS}", where, f"≤ {fmt_latency(ref)}", fmt_latency(mine),
                             mine <= ref)
         mine = med("mixed", name, percentile("p99"))
-        ref = med("mixed", ISSUE32_SOCKETS, percentile("p99"))
+        ref = med("mixed", peer(data, name, ISSUE32_SOCKETS), percentile("p99"))
         if mine is not None and ref:
             row(name, f"small-request p99 vs {ISSUE32_SOCKETS}", "mixed", f"≤ {fmt_latency(ref)}", fmt_latency(mine),
                 mine <= ref)
         mine = med("mixed", name, lambda r: r["bulk_mib_per_s"])
-        ref = med("mixed", ISSUE32_SOCKETS, lambda r: r["bulk_mib_per_s"])
+        ref = med("mixed", peer(data, name, ISSUE32_SOCKETS), lambda r: r["bulk_mib_per_s"])
         if mine is not None and ref:
             row(name, f"bulk MiB/s vs {ISSUE32_SOCKETS}", "mixed", "≥ 0.90×", fmt_ratio(mine / ref), mine / ref >= 0.90)
         for how in (data["meta"].get("blocking") or {}).get("hows", []):

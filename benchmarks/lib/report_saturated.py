@@ -5,7 +5,7 @@ hosting models and the ThreadCount sweep.
 from __future__ import annotations
 
 from report_common import (BULK_RESPONSE_BYTES, LOAD_BOUND_UTIL, Summary, fmt_count, fmt_int, fmt_pct, fmt_ratio,
-                           fmt_us, fmt_latency, median, ratio, reasons_for, select)
+                           fmt_us, fmt_latency, median, peer, ratio, reasons_for, rt_cell, rt_head, rt_sep, select)
 
 
 def scenario_table(data: dict, scenario: dict) -> list[str]:
@@ -15,11 +15,11 @@ def scenario_table(data: dict, scenario: dict) -> list[str]:
     # Large responses (the download scenarios) also show what wrk received, in MiB/s.
     bulk = any(m.get("mib_per_s") is not None and m["requests"] and m["bytes"] >= m["requests"] * BULK_RESPONSE_BYTES
                for m in select(measurements, phase="main", scenario=scenario["name"]))
-    lines = ["| Configuration | Median req/s | Min–max req/s | vs " + baseline + (" | MiB/s" if bulk else "")
+    lines = ["| Configuration |" + rt_head(data) + " Median req/s | Min–max req/s | vs " + baseline + (" | MiB/s" if bulk else "")
              + " | CPU µs/req | vs " + baseline
              + " | Server CPU | wrk CPU | Other load" + (" | Switches/req | Syscalls/req" if counted else "")
              + " | Rounds | Errors |",
-             "|---|---:|---:|---:|" + ("---:|" if bulk else "") + "---:|---:|---:|---:|---:|"
+             "|---|" + rt_sep(data) + "---:|---:|---:|" + ("---:|" if bulk else "") + "---:|---:|---:|---:|---:|"
              + ("---:|---:|" if counted else "") + "---:|---|"]
     summaries = {}
     for c in data["configs"]:
@@ -29,11 +29,11 @@ def scenario_table(data: dict, scenario: dict) -> list[str]:
                                                                        scenario=source, config=name):
             source = scenario["twin"]
         summaries[name] = (Summary(select(measurements, phase="main", scenario=source, config=name)), source)
-    base = summaries.get(baseline, (None,))[0]
     notes = []
     for c in data["configs"]:
         name = c["name"]
         sm, source = summaries[name]
+        base = summaries.get(peer(data, name, baseline), (None,))[0]
         label = name
         if c["kind"] == "ceiling":
             if scenario["path"] not in ("/plaintext", "/json"):
@@ -46,7 +46,7 @@ def scenario_table(data: dict, scenario: dict) -> list[str]:
         if not sm.n:
             why = reasons_for(data["events"], "main", name, scenario["name"],
                               scenario["mode"] if c["kind"] != "ceiling" else None) or "not measured"
-            lines.append(f"| {label} | – | – | – | " + ("– | " if bulk else "") + "– | – | – | – | – | "
+            lines.append(f"| {label} |{rt_cell(data, name)} – | – | – | " + ("– | " if bulk else "") + "– | – | – | – | – | "
                          + ("– | – | " if counted else "") + f"0 | {why} |")
             continue
         load = fmt_pct(sm.load_util) + (" ²" if sm.load_util is not None and sm.load_util >= LOAD_BOUND_UTIL else "")
@@ -55,7 +55,7 @@ def scenario_table(data: dict, scenario: dict) -> list[str]:
         extra = reasons_for(data["events"], "main", name, scenario["name"],
                             scenario["mode"] if c["kind"] != "ceiling" else None)
         errors = sm.errors_text() + (f"; {extra}" if extra else "")
-        lines.append(f"| {label} | {fmt_int(sm.rps)} | {fmt_int(sm.rps_min)}–{fmt_int(sm.rps_max)} | "
+        lines.append(f"| {label} |{rt_cell(data, name)} {fmt_int(sm.rps)} | {fmt_int(sm.rps_min)}–{fmt_int(sm.rps_max)} | "
                      f"{fmt_ratio(rps_ratio)} | " + (f"{fmt_int(sm.mib)} | " if bulk else "")
                      + f"{fmt_us(sm.cpu)} | {fmt_ratio(cpu_ratio)} | "
                      f"{fmt_pct(sm.server_util)} | {load} | {fmt_pct(sm.other_util)} | "
@@ -81,19 +81,19 @@ def hosting_section(data: dict) -> list[str]:
              "transport in the same rounds.", ""]
     for s in hosting["scenarios"]:
         lines += [f"### {s['title']}", "",
-                  "| Hosting | Transport | Median req/s | Min–max req/s | vs direct | CPU µs/req (proxy) | "
-                  "Other load | Rounds | Errors |", "|---|---|---:|---:|---:|---:|---:|---:|---|"]
+                  "| Hosting | Transport |" + rt_head(data) + " Median req/s | Min–max req/s | vs direct | CPU µs/req (proxy) | "
+                  "Other load | Rounds | Errors |", "|---|---|" + rt_sep(data) + "---:|---:|---:|---:|---:|---:|---|"]
         for model in hosting["models"]:
             for t in hosting["transports"]:
                 sm = Summary(select(rows, scenario=s["name"], config=t, hosting=model))
                 if not sm.n:
                     why = reasons_for(data["events"], "hosting", t, model, None) or "not measured"
-                    lines.append(f"| {model} | {t} | – | – | – | – | – | 0 | {why} |")
+                    lines.append(f"| {model} | {t} |{rt_cell(data, t)} – | – | – | – | – | 0 | {why} |")
                     continue
                 direct = Summary(select(rows, scenario=s["name"], config=t, hosting="direct"))
                 vs = ratio(sm.rps, direct.rps if direct.n else None) if model != "direct" else None
                 cpu = fmt_us(sm.cpu) + (f" ({fmt_us(sm.proxy_cpu)})" if model != "direct" else "")
-                lines.append(f"| {model} | {t} | {fmt_int(sm.rps)} | {fmt_int(sm.rps_min)}–{fmt_int(sm.rps_max)} | "
+                lines.append(f"| {model} | {t} |{rt_cell(data, t)} {fmt_int(sm.rps)} | {fmt_int(sm.rps_min)}–{fmt_int(sm.rps_max)} | "
                              f"{fmt_ratio(vs) if model != 'direct' else '1.00×'} | {cpu} | "
                              f"{fmt_pct(sm.other_util)} | {sm.n} | "
                              f"{sm.errors_text()} |")
@@ -112,8 +112,8 @@ def sweep_section(data: dict) -> list[str]:
              "each transport's thread count behaves when it is not alone, not its best case. ThreadCount is "
              "`--threads` (linux: ThreadCount; sockets: IOQueueCount; libuv: ThreadCount). Cells: median req/s "
              "(min–max) · CPU µs/request.", "",
-             "| Transport | " + " | ".join(f"threads={n}" for n in sweep["threads"]) + " |",
-             "|---|" + "---:|" * len(sweep["threads"])]
+             "| Transport |" + rt_head(data) + " " + " | ".join(f"threads={n}" for n in sweep["threads"]) + " |",
+             "|---|" + rt_sep(data) + "---:|" * len(sweep["threads"])]
     for t in sweep["transports"]:
         cells = []
         for n in sweep["threads"]:
@@ -124,7 +124,7 @@ def sweep_section(data: dict) -> list[str]:
                              f"{fmt_us(sm.cpu)} µs{err}")
             else:
                 cells.append(reasons_for(data["events"], "sweep", t, f"threads={n}", None) or "not measured")
-        lines.append(f"| {t} | " + " | ".join(cells) + " |")
+        lines.append(f"| {t} |{rt_cell(data, t)} " + " | ".join(cells) + " |")
     return lines + [""]
 
 

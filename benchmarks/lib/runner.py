@@ -20,7 +20,8 @@ from pathlib import Path
 import verify
 from model import (BIN, BULK_RESPONSE_BYTES, CORE_PATHS, PIPELINE_LUA, STRIPPED_ENV_PREFIXES, USAGE_EXIT_CODE, Config,
                    Interrupted, MainServer, Scenario, StartResult)
-from procs import STARTUP_TIMEOUT_S, PerfStat, Proc, cpu_busy_seconds, cpu_list, free_port
+from procs import (STARTUP_TIMEOUT_S, PerfStat, Proc, cpu_busy_seconds, cpu_list, framework_version, free_port,
+                   loaded_kestrel)
 
 # A window in which other processes took this share of the benchmark's CPUs (hypervisor steal shows up here
 # too) is measured again, up to --remeasure times. On this shared machine such windows came in runs: in one
@@ -30,8 +31,11 @@ DISTURBED_OTHER_LOAD = 0.10
 
 
 class Runner:
-    def __init__(self, args: argparse.Namespace, configs: list[Config], table: list[Config] | None = None) -> None:
+    def __init__(self, args: argparse.Namespace, configs: list[Config], table: list[Config] | None = None,
+                 dotnet_roots: dict[str, Path] | None = None) -> None:
         self.args = args
+        self.dotnet_roots = dotnet_roots or {}     # runtime -> its DOTNET_ROOT, for configurations with one
+        self.runtimes_seen: dict[str, dict] = {}   # config -> the frameworks its servers really ran on
         self.configs = configs
         self.by_name = {c.name: c for c in configs}
         self.out = Path(args.out)
@@ -86,9 +90,11 @@ class Runner:
         tmp.replace(self.out / "results.json")
 
     def _config_dict(self, c: Config) -> dict:
+        seen = self.runtimes_seen.get(c.name, {})
         return {"name": c.name, "kind": c.kind, "env": c.env, "alternatives": c.alternatives,
                 "line": c.line, "startup_line": self.startup_lines.get(c.name, ""),
-                "command": self.commands.get(c.name, "")}
+                "command": self.commands.get(c.name, ""), "origin": c.origin, "runtime": c.runtime,
+                "runtime_seen": ", ".join(seen.get("versions", [])), "kestrel_core": seen.get("kestrel", "")}
 
     def check_interrupted(self) -> None:
         if self.interrupted:
@@ -147,9 +153,14 @@ class Runner:
             candidates = [self.chosen_alternative[key]]
         else:
             candidates = [a + m for a in config.alternatives for m in mode_alternatives]
+        dotnet = ["dotnet"]
+        if config.runtime and self.dotnet_roots.get(config.runtime):
+            root = self.dotnet_roots[config.runtime]
+            env.update(DOTNET_ROOT=str(root), DOTNET_ROLL_FORWARD="LatestMajor")
+            dotnet = [str(root / "dotnet")]
         rejected = []
         for sample_args in candidates:
-            argv = taskset + ["dotnet", str(config.sample_dll), "--urls", url] + sample_args + list(extra_args)
+            argv = taskset + dotnet + [str(config.sample_dll), "--urls", url] + sample_args + list(extra_args)
             if threads:
                 argv += ["--threads", str(threads)]
             if target.kind == "unix" and os.path.exists(target.path):
@@ -166,8 +177,25 @@ class Runner:
                     state = "unavailable"
                 return StartResult(None, state, reason, argv=argv)
             self.chosen_alternative[key] = sample_args
+            wrong = self.check_runtime(config, proc)
+            if wrong:
+                proc.stop()
+                return StartResult(None, "failed", wrong, argv=argv)
             return StartResult(proc, "ok", startup_line=line, argv=argv)
         return StartResult(None, "unsupported", "the sample rejected " + "; ".join(rejected))
+
+    def check_runtime(self, config: Config, proc: Proc) -> str:
+        """Records the shared framework a started server really runs on, from the Kestrel.Core it mapped; a reason
+        when that is not the configuration's runtime (so a table never labels a .NET 10 run as .NET 11)."""
+        path = loaded_kestrel(proc.pid)
+        version = framework_version(path)
+        seen = self.runtimes_seen.setdefault(config.name, {"versions": [], "kestrel": path})
+        if version and version not in seen["versions"]:
+            seen["versions"].append(version)
+        if config.runtime and version.split(".")[0] != config.runtime:
+            return (f"asked for .NET {config.runtime}, but the server mapped "
+                    f"{path or 'no Kestrel.Core (not in /proc/PID/maps)'}")
+        return ""
 
     def start_failed(self, phase: str, config: Config, key: str, started: StartResult, scenario: str,
                      round_no: int, mode: str | None, extra: dict | None = None) -> None:
@@ -185,6 +213,15 @@ class Runner:
         if wall <= 0:
             return None
         return max(0.0, busy - ours) / wall / len(self.bench_cpus)
+
+    def rows_named(self, names: list[str]) -> list[Config]:
+        """The selected configurations named in `names`, or made from them by --runtimes (linux: linux@10, linux@11)."""
+        return [c for n in names for c in self.configs if c.name == n or (c.origin == n and c.name != c.origin)]
+
+    def baseline_row(self) -> Config | None:
+        """--baseline's row of the table, on the first of --runtimes when it was made per runtime."""
+        base = self.args.baseline
+        return self.table.get(base) or next((c for c in self.table.values() if c.origin == base), None)
 
     def skip(self, config: Config, key: str) -> bool:
         """True when this configuration cannot run in this setup (learned earlier in the run)."""

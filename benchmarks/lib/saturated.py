@@ -141,7 +141,7 @@ def run_paired(runner: Runner, plans: list[tuple[Config, str, list[Scenario]]], 
 
 
 def phase_sweep(runner: Runner) -> None:
-    transports = [t for t in runner.args.sweep_transports if t in runner.by_name]
+    transports = [c.name for c in runner.rows_named(runner.args.sweep_transports)]
     counts = [1] if runner.args.quick else runner.args.sweep_threads
     cpus = ",".join(str(c) for c in runner.bench_cpus)
     runner.meta["sweep"] = {"transports": transports, "threads": counts, "cpus": cpus,
