@@ -22,25 +22,30 @@ public enum ListenUrlKind
 }
 
 /// <summary>
-/// One address from <c>--urls</c>, in the forms Kestrel's <c>UseUrls</c> understands for plain HTTP.
-/// Platform mode binds these itself (its connection handler must sit on every endpoint), so the
-/// sample parses them in both modes and rejects what neither mode could serve.
+/// One address from <c>--urls</c>, in the forms Kestrel's <c>UseUrls</c> understands: <c>http://</c>, and
+/// <c>https://</c> for TCP endpoints. Platform mode binds these itself (its connection handler must sit on
+/// every endpoint), so the sample parses them in both modes and rejects what neither mode could serve.
 /// </summary>
 public sealed record ListenUrl
 {
     private const string HttpScheme = "http://";
+    private const string HttpsScheme = "https://";
     private const string UnixPrefix = "unix:";
 
-    private ListenUrl(ListenUrlKind kind, IPAddress? address, int port, string? socketPath)
+    private ListenUrl(ListenUrlKind kind, IPAddress? address, int port, string? socketPath, bool isHttps = false)
     {
         Kind = kind;
         Address = address;
         Port = port;
         SocketPath = socketPath;
+        IsHttps = isHttps;
     }
 
     /// <summary>What the URL binds to.</summary>
     public ListenUrlKind Kind { get; }
+
+    /// <summary>True for <c>https://</c>: TLS on this endpoint, with the sample's certificate.</summary>
+    public bool IsHttps { get; }
 
     /// <summary>The address, for <see cref="ListenUrlKind.IPAddress"/>.</summary>
     public IPAddress? Address { get; }
@@ -88,7 +93,7 @@ public sealed record ListenUrl
     }
 
     /// <summary>Parses one URL.</summary>
-    /// <param name="url">For example <c>http://127.0.0.1:8080</c> or <c>http://unix:/tmp/app.sock</c>.</param>
+    /// <param name="url">For example <c>http://127.0.0.1:8080</c>, <c>https://*:8443</c> or <c>http://unix:/tmp/app.sock</c>.</param>
     /// <param name="result">The parsed URL, when it was understood.</param>
     /// <param name="error">Why it was not, naming the URL.</param>
     /// <returns>True when the URL was understood.</returns>
@@ -100,17 +105,24 @@ public sealed record ListenUrl
         ArgumentNullException.ThrowIfNull(url);
         result = null;
 
-        if (!url.StartsWith(HttpScheme, StringComparison.OrdinalIgnoreCase))
+        bool https = url.StartsWith(HttpsScheme, StringComparison.OrdinalIgnoreCase);
+        if (!https && !url.StartsWith(HttpScheme, StringComparison.OrdinalIgnoreCase))
         {
-            error = url.StartsWith("https://", StringComparison.OrdinalIgnoreCase)
-                ? $"Invalid URL '{url}': the sample serves plain HTTP only (no certificate), use http://."
-                : $"Invalid URL '{url}': expected http://HOST:PORT or http://unix:/PATH.";
+            error = $"Invalid URL '{url}': expected http://HOST:PORT, https://HOST:PORT or http://unix:/PATH.";
             return false;
         }
 
-        var rest = url[HttpScheme.Length..];
+        var rest = url[(https ? HttpsScheme : HttpScheme).Length..];
         if (rest.StartsWith(UnixPrefix, StringComparison.OrdinalIgnoreCase))
         {
+            if (https)
+            {
+                // The Unix socket is for the benchmark's nginx, which speaks plain HTTP to it; TLS between two
+                // processes of one host would protect nothing the socket file's permissions do not.
+                error = $"Invalid URL '{url}': a Unix socket is served as http://unix:/PATH only, not over TLS.";
+                return false;
+            }
+
             var path = rest[UnixPrefix.Length..];
             if (!path.StartsWith('/') || path.Length == 1)
             {
@@ -163,8 +175,8 @@ public sealed record ListenUrl
             portText = colon < 0 ? null : rest[(colon + 1)..];
         }
 
-        // Kestrel's default port for http:// without one.
-        var port = 80;
+        // Kestrel's default ports for http:// and https:// without one.
+        var port = https ? 443 : 80;
         if (portText is not null
             && (!int.TryParse(portText, NumberStyles.None, CultureInfo.InvariantCulture, out port) || port > IPEndPoint.MaxPort))
         {
@@ -174,24 +186,24 @@ public sealed record ListenUrl
 
         if (host is "*" or "+")
         {
-            result = new ListenUrl(ListenUrlKind.AnyAddress, null, port, null);
+            result = new ListenUrl(ListenUrlKind.AnyAddress, null, port, null, https);
         }
         else if (string.Equals(host, "localhost", StringComparison.OrdinalIgnoreCase))
         {
             if (port == 0)
             {
                 // Kestrel refuses it too: the two loopback listeners could not share a kernel-picked port.
-                error = $"Invalid URL '{url}': localhost needs a fixed port; use http://127.0.0.1:0 for a dynamic one.";
+                error = $"Invalid URL '{url}': localhost needs a fixed port; use {(https ? HttpsScheme : HttpScheme)}127.0.0.1:0 for a dynamic one.";
                 return false;
             }
 
-            result = new ListenUrl(ListenUrlKind.Localhost, null, port, null);
+            result = new ListenUrl(ListenUrlKind.Localhost, null, port, null, https);
         }
         // Four dotted parts only: IPAddress.TryParse also takes "10" as 0.0.0.10.
         else if (IPAddress.TryParse(host, out var address)
             && (host.StartsWith('[') || (address.AddressFamily == AddressFamily.InterNetwork && host.Count(c => c == '.') == 3)))
         {
-            result = new ListenUrl(ListenUrlKind.IPAddress, address, port, null);
+            result = new ListenUrl(ListenUrlKind.IPAddress, address, port, null, https);
         }
         else
         {
@@ -208,8 +220,10 @@ public sealed record ListenUrl
     public override string ToString() => Kind switch
     {
         ListenUrlKind.UnixSocket => $"{HttpScheme}{UnixPrefix}{SocketPath}",
-        ListenUrlKind.AnyAddress => $"{HttpScheme}*:{Port}",
-        ListenUrlKind.Localhost => $"{HttpScheme}localhost:{Port}",
-        _ => $"{HttpScheme}{new IPEndPoint(Address!, Port)}",
+        ListenUrlKind.AnyAddress => $"{Scheme}*:{Port}",
+        ListenUrlKind.Localhost => $"{Scheme}localhost:{Port}",
+        _ => $"{Scheme}{new IPEndPoint(Address!, Port)}",
     };
+
+    private string Scheme => IsHttps ? HttpsScheme : HttpScheme;
 }

@@ -7,6 +7,7 @@ using Microsoft.AspNetCore.Hosting.Server.Features;
 using Microsoft.AspNetCore.Server.Kestrel.Core;
 using Microsoft.AspNetCore.Server.Kestrel.Transport.Sockets;
 using Microsoft.Extensions.Options;
+using System.Security.Cryptography.X509Certificates;
 using TechEmpower;
 using TechEmpower.Platform;
 using TechEmpower.Protocols;
@@ -29,6 +30,30 @@ if (options.ShowHelp)
 {
     Console.WriteLine(SampleOptions.Usage);
     return 0;
+}
+
+// Before the host, so that it sees the transport's meter created; its line is printed on exit.
+using var counters = new TransportCounters();
+
+// The https:// endpoints' certificate, checked before anything starts: a file that does not load is a usage error.
+X509Certificate2? certificate = null;
+string? certificateText = null;
+if (options.UsesHttps)
+{
+    if (options.Certificate is null)
+    {
+        certificate = ServerCertificate.CreateSelfSigned();
+        certificateText = $"self-signed:{ServerCertificate.KeyName(certificate)}";
+    }
+    else if (ServerCertificate.TryLoad(options.Certificate, options.CertificateKey, options.CertificatePassword, out certificate, out var certificateError))
+    {
+        certificateText = $"file:{ServerCertificate.KeyName(certificate)}";
+    }
+    else
+    {
+        Console.Error.WriteLine($"error: {certificateError}");
+        return SampleOptions.UsageExitCode;
+    }
 }
 
 // Where the Sockets transport's completions run, checked before Kestrel creates any socket.
@@ -136,7 +161,15 @@ if (options.Mode == SampleMode.Middleware)
     builder.WebHost.UseUrls(options.Urls);
     if (options.Protocols is HttpProtocols protocols)
     {
+        // Over TLS this is also what ALPN offers: h2 and http/1.1 for Http1AndHttp2.
         builder.WebHost.ConfigureKestrel(kestrel => kestrel.ConfigureEndpointDefaults(listen => listen.Protocols = protocols));
+    }
+
+    if (certificate is not null)
+    {
+        // The slim builder leaves out what binds https:// URLs; with it, every one gets the HTTPS defaults.
+        builder.WebHost.UseKestrelHttpsConfiguration();
+        builder.WebHost.ConfigureKestrel(kestrel => kestrel.ConfigureHttpsDefaults(https => https.ServerCertificate = certificate));
     }
 
     // MVC brings antiforgery, which brings Data Protection; the views post nothing, so its keys
@@ -166,6 +199,15 @@ if (options.Mode == SampleMode.Middleware)
 
     // Not a TechEmpower test: a handler that blocks its thread, for compare.sh's blocking phase.
     app.MapGet(BlockingEndpoint.Path, BlockingEndpoint.Handle);
+
+    // Nor this, for the awaiting-handler scenario: a downstream call per request. Unmapped without --downstream, so
+    // that the path answers 404 as on a build without it.
+    if (options.Downstream is { } downstream)
+    {
+        var awaiting = new AwaitEndpoint(downstream);
+        app.Lifetime.ApplicationStopped.Register(awaiting.Dispose);
+        app.MapGet(AwaitEndpoint.Path, awaiting.Handle);
+    }
 
     // Nor these, for compare.sh's protocols phase: two more routes, which /plaintext and /json never reach.
     app.MapGrpcService<EchoService>();
@@ -230,7 +272,8 @@ switch (options.Transport)
 }
 
 var protocolsText = options.Protocols is { } given ? $" protocols={given}" : string.Empty;
-Console.WriteLine($"TechEmpower: {transport} mode={options.ModeName}{protocolsText} urls={urls}");
+var certificateField = certificateText is null ? string.Empty : $" certificate={certificateText}";
+Console.WriteLine($"TechEmpower: {transport} mode={options.ModeName}{protocolsText}{certificateField} urls={urls}");
 if (options.Transport == SampleTransport.Libuv && options.ListenUrls.Any(u => u.Kind == ListenUrlKind.UnixSocket))
 {
     // The comparator binds IP endpoints only; Kestrel gives the others to its Sockets transport.
@@ -238,6 +281,13 @@ if (options.Transport == SampleTransport.Libuv && options.ListenUrls.Any(u => u.
 }
 
 await app.WaitForShutdownAsync();
+
+// The host has stopped, so the counters are final; the transport's meter lives until the process ends.
+if (counters.ReadLine() is { } countersLine)
+{
+    Console.WriteLine(countersLine);
+}
+
 return 0;
 
 static void Listen(KestrelServerOptions kestrel, ListenUrl url, Action<ListenOptions> configure)

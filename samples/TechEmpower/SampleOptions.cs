@@ -58,7 +58,8 @@ public enum SampleMode
 
 /// <summary>
 /// The sample's command line: <c>--urls</c>, <c>--transport</c>, <c>--threads</c>, <c>--scheduling</c>,
-/// <c>--io</c>, <c>--tuning</c>, <c>--mode</c>, <c>--protocols</c>, <c>--help</c>. Both <c>--name value</c> and <c>--name=value</c> are accepted; a repeated
+/// <c>--io</c>, <c>--tuning</c>, <c>--mode</c>, <c>--protocols</c>, <c>--certificate</c>, <c>--certificate-key</c>,
+/// <c>--certificate-password</c>, <c>--downstream</c>, <c>--help</c>. Both <c>--name value</c> and <c>--name=value</c> are accepted; a repeated
 /// option keeps its last value. Unknown options, unknown values and contradictory combinations are errors.
 /// </summary>
 public sealed class SampleOptions
@@ -79,8 +80,9 @@ public sealed class SampleOptions
 
           --urls URL[;URL...]        Addresses to listen on (default: http://*:8080). Forms:
                                      http://*:PORT, http://localhost:PORT, http://IPv4:PORT,
-                                     http://[IPv6]:PORT, http://unix:/PATH. Port 0 picks a free port;
-                                     the startup line prints the bound addresses.
+                                     http://[IPv6]:PORT, http://unix:/PATH, and the same TCP forms
+                                     with https:// (TLS; middleware mode only). Port 0 picks a free
+                                     port; the startup line prints the bound addresses.
           --transport NAME           linux (default): Kestrel.Transport.Linux;
                                      sockets: Kestrel's Sockets transport, default options;
                                      sockets-inline: Sockets with UnsafePreferInlineScheduling and
@@ -106,6 +108,18 @@ public sealed class SampleOptions
                                      ListenOptions.Protocols). http2 serves HTTP/2 with prior
                                      knowledge (h2c) only, which gRPC and h2load need; without TLS
                                      Kestrel serves http1andhttp2 (its default) as HTTP/1.1 only.
+                                     Over https:// they are what ALPN offers: h2 and http/1.1 by
+                                     default, one of them with http1 or http2.
+          --certificate PATH         https://: the server certificate, a PFX (PKCS#12) file, or a PEM
+                                     file (with its key in it, or in --certificate-key). Default: a
+                                     self-signed ECDSA P-256 certificate for localhost, 127.0.0.1
+                                     and ::1, made in memory at start-up.
+          --certificate-key PATH     The PEM private key of a PEM --certificate.
+          --certificate-password PW  The PFX's password, or the PEM key's if it is encrypted.
+          --downstream URL           middleware mode: GET /await calls this http:// or https:// URL
+                                     once per request (a shared, pooled HttpClient), awaits it and
+                                     answers with its body and content type; 502 if it fails.
+                                     Without it /await is not served (404).
           --tuning NAME=VALUE[,...]  linux, for benchmarks only: sets the transport's internal measurement
                                      switches (DeferSend, SendFromThreadPool, CoalesceThreadPoolSends,
                                      MaxBytesPerRead, SchedBatchLoops, TcpQuickAck,
@@ -140,6 +154,21 @@ public sealed class SampleOptions
 
     /// <summary>The endpoints' HTTP versions in middleware mode, or null for Kestrel's default.</summary>
     public HttpProtocols? Protocols { get; private set; }
+
+    /// <summary>The path of the server certificate (PFX or PEM) for https:// URLs, or null for a self-signed one.</summary>
+    public string? Certificate { get; private set; }
+
+    /// <summary>The path of a PEM <see cref="Certificate"/>'s private key, or null when the certificate file holds it.</summary>
+    public string? CertificateKey { get; private set; }
+
+    /// <summary>The PFX's password, or an encrypted PEM key's; null when none was given.</summary>
+    public string? CertificatePassword { get; private set; }
+
+    /// <summary>The URL that GET /await calls for each request, or null: then /await is not served.</summary>
+    public Uri? Downstream { get; private set; }
+
+    /// <summary>True when one of <see cref="ListenUrls"/> is https://.</summary>
+    public bool UsesHttps => ListenUrls.Any(static u => u.IsHttps);
 
     /// <summary>The Linux transport's I/O backend, or null for its default.</summary>
     public IoBackend? Io { get; private set; }
@@ -337,6 +366,42 @@ public sealed class SampleOptions
 
                     break;
 
+                case "CERTIFICATE":
+                    if (string.IsNullOrWhiteSpace(value))
+                    {
+                        error = "Option '--certificate' needs a file path.";
+                        return false;
+                    }
+
+                    result.Certificate = value;
+                    break;
+
+                case "CERTIFICATE-KEY":
+                    if (string.IsNullOrWhiteSpace(value))
+                    {
+                        error = "Option '--certificate-key' needs a file path.";
+                        return false;
+                    }
+
+                    result.CertificateKey = value;
+                    break;
+
+                case "CERTIFICATE-PASSWORD":
+                    // An empty password is a password: PFX files are often exported with one.
+                    result.CertificatePassword = value;
+                    break;
+
+                case "DOWNSTREAM":
+                    if (!Uri.TryCreate(value, UriKind.Absolute, out var downstream)
+                        || (downstream.Scheme != Uri.UriSchemeHttp && downstream.Scheme != Uri.UriSchemeHttps))
+                    {
+                        error = $"Invalid downstream '{value}': expected an absolute http:// or https:// URL, such as http://127.0.0.1:8081/json.";
+                        return false;
+                    }
+
+                    result.Downstream = downstream;
+                    break;
+
                 case "TUNING":
                     if (TransportTuning.Check(value) is { } tuningError)
                     {
@@ -396,7 +461,40 @@ public sealed class SampleOptions
         }
 
         result.ListenUrls = listenUrls;
+        if (CheckTlsAndDownstream(result) is { } conflict)
+        {
+            error = conflict;
+            return false;
+        }
+
         options = result;
         return true;
+    }
+
+    private static string? CheckTlsAndDownstream(SampleOptions result)
+    {
+        if (result.Mode == SampleMode.Platform && result.UsesHttps)
+        {
+            // Its handler reads HTTP/1.1 straight off the transport's pipes, and TechEmpower's platform tests are plaintext.
+            return "Platform mode serves plain HTTP only (TechEmpower's platform tests are plaintext): use http:// URLs, "
+                + "or '--mode middleware' for https://.";
+        }
+
+        if (result.Mode == SampleMode.Platform && result.Downstream is not null)
+        {
+            return "Option '--downstream' applies to middleware mode only: GET /await is a middleware-mode endpoint.";
+        }
+
+        if (result.Certificate is null && (result.CertificateKey is not null || result.CertificatePassword is not null))
+        {
+            return "Options '--certificate-key' and '--certificate-password' need '--certificate'.";
+        }
+
+        if (result.Certificate is not null && !result.UsesHttps)
+        {
+            return "Option '--certificate' needs an https:// URL in '--urls': no endpoint would use it.";
+        }
+
+        return null;
     }
 }

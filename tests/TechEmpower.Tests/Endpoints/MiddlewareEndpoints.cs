@@ -120,6 +120,14 @@ public abstract partial class MiddlewareEndpoints<TFixture>(TFixture sample) : S
         Assert.InRange(time, DateTime.UtcNow.AddMinutes(-5), DateTime.UtcNow.AddMinutes(5));
     }
 
+    /// <summary>Unmapped without <c>--downstream</c>, as on a build that lacks it: the benchmark skips the scenario on a 404.</summary>
+    [Fact]
+    public async Task Await_is_not_found_without_a_downstream()
+    {
+        using var response = await Sample.Client.GetAsync(new Uri("/await", UriKind.Relative));
+        Assert.Equal(System.Net.HttpStatusCode.NotFound, response.StatusCode);
+    }
+
     [Fact]
     public async Task App_scenarios_are_served_over_the_unix_socket()
     {

@@ -10,6 +10,7 @@ public sealed class CommandLineTests
     [InlineData("Unknown mode 'raw'", "--mode", "raw")]
     [InlineData("Invalid thread count '0'", "--threads", "0")]
     [InlineData("Unknown option '--port'", "--port", "80")]
+    [InlineData("Platform mode serves plain HTTP only", "--mode", "platform", "--urls", "https://127.0.0.1:0")]
     public async Task Bad_command_lines_exit_2_with_the_error_and_the_usage(string message, params string[] args)
     {
         var (exitCode, output) = await SampleProcess.RunToExitAsync(args);
@@ -29,6 +30,40 @@ public sealed class CommandLineTests
             ["--urls", "http://127.0.0.1:0", "--transport", "linux", "--tuning", "MaxBytesPerRead=1024"]);
         Assert.True(exitCode != 0 && exitCode != SampleOptions.UsageExitCode, $"Expected a failed start, not exit code {exitCode}:{Environment.NewLine}{output}");
         Assert.Contains("TransportTuning.MaxBytesPerRead must be between 2048 and 1048576, but was 1024", output, StringComparison.Ordinal);
+    }
+
+    /// <summary>A certificate that does not load is a usage error too, named before the server starts.</summary>
+    [Theory]
+    [InlineData("missing-file")]
+    [InlineData("missing-key")]
+    [InlineData("wrong-pfx-password")]
+    [InlineData("pfx-without-password")]
+    [InlineData("wrong-key-password")]
+    [InlineData("pem-without-key")]
+    [InlineData("key-of-another-certificate")]
+    public async Task A_certificate_that_does_not_load_exits_2_naming_the_file(string problem)
+    {
+        using var files = TestCertificates.Create(rsa: true);
+        using var other = TestCertificates.Create(rsa: true);
+        var missing = Path.Combine(files.Folder, "missing.pfx");
+        var (arguments, message) = problem switch
+        {
+            "missing-file" => (new[] { "--certificate", missing }, $"The certificate file '{missing}' does not exist."),
+            "missing-key" => (["--certificate", files.CertificatePem, "--certificate-key", missing], $"The certificate file '{missing}' does not exist."),
+            "wrong-pfx-password" => (["--certificate", files.Pfx, "--certificate-password", "wrong"], $"The certificate '{files.Pfx}' cannot be loaded:"),
+            "pfx-without-password" => (["--certificate", files.Pfx], $"The certificate '{files.Pfx}' cannot be loaded:"),
+            "wrong-key-password" => (["--certificate", files.CertificatePem, "--certificate-key", files.EncryptedKeyPem, "--certificate-password", "wrong"],
+                $"The certificate '{files.CertificatePem}' with key '{files.EncryptedKeyPem}' cannot be loaded:"),
+            "pem-without-key" => (["--certificate", files.CertificatePem], $"The PEM file '{files.CertificatePem}' holds no private key"),
+            _ => (["--certificate", files.CertificatePem, "--certificate-key", other.KeyPem],
+                $"The certificate '{files.CertificatePem}' with key '{other.KeyPem}' cannot be loaded:"),
+        };
+
+        var (exitCode, output) = await SampleProcess.RunToExitAsync(["--urls", "https://127.0.0.1:0", .. arguments]);
+
+        Assert.True(exitCode == SampleOptions.UsageExitCode, $"Exit code {exitCode}:{Environment.NewLine}{output}");
+        Assert.Contains($"error: {message}", output, StringComparison.Ordinal);
+        Assert.DoesNotContain("TechEmpower: ", output, StringComparison.Ordinal);
     }
 
     [Fact]

@@ -127,6 +127,45 @@ public sealed class SampleOptionsTests
         Assert.Equal(expected, (value is null ? Parse() : Parse("--protocols", value)).Protocols);
 
     [Fact]
+    public void Https_urls_take_a_certificate_by_path_with_its_key_and_password()
+    {
+        var options = Parse("--urls", "https://127.0.0.1:0;http://127.0.0.1:0", "--certificate", "/tmp/c.pem", "--certificate-key=/tmp/k.pem",
+            "--certificate-password", "");
+        Assert.True(options.UsesHttps);
+        Assert.Equal("/tmp/c.pem", options.Certificate);
+        Assert.Equal("/tmp/k.pem", options.CertificateKey);
+        Assert.Equal("", options.CertificatePassword);
+    }
+
+    [Fact]
+    public void Https_without_a_certificate_leaves_it_to_the_self_signed_one()
+    {
+        var options = Parse("--urls", "https://*:8443");
+        Assert.True(options.UsesHttps);
+        Assert.Null(options.Certificate);
+        Assert.Null(options.CertificateKey);
+        Assert.Null(options.CertificatePassword);
+        Assert.False(Parse().UsesHttps);
+    }
+
+    [Fact]
+    public void Https_and_http2_only_go_together()
+    {
+        var options = Parse("--urls", "https://127.0.0.1:0", "--protocols", "http2", "--transport", "sockets");
+        Assert.True(options.UsesHttps);
+        Assert.Equal(HttpProtocols.Http2, options.Protocols);
+    }
+
+    [Theory]
+    [InlineData("http://127.0.0.1:8081/json")]
+    [InlineData("https://localhost:8443/plaintext?x=1")]
+    public void Downstream_takes_an_absolute_http_or_https_url(string url) =>
+        Assert.Equal(new Uri(url), Parse("--downstream", url).Downstream);
+
+    [Fact]
+    public void Downstream_is_unset_by_default() => Assert.Null(Parse().Downstream);
+
+    [Fact]
     public void Io_and_tuning_are_unset_by_default()
     {
         var options = Parse();
@@ -159,6 +198,7 @@ public sealed class SampleOptionsTests
         foreach (var text in new[]
         {
             "--urls", "--transport", "--threads", "--scheduling", "--io", "--tuning", "--mode", "--protocols", "--help", "epoll", "aio",
+            "--certificate PATH", "--certificate-key PATH", "--certificate-password", "--downstream URL", "https://", "/await",
             "linux", "sockets", "sockets-inline", "libuv", "threadpool", "inline", "middleware", "platform", "http1andhttp2",
             "http://unix:/PATH", "DOTNET_SYSTEM_NET_SOCKETS_INLINE_COMPLETIONS",
         })
@@ -191,7 +231,19 @@ public sealed class SampleOptionsTests
     [InlineData("'maybe' is not true or false", "--tuning", "DeferSend=maybe")]
     [InlineData("apply to the linux transport only", "--transport", "sockets", "--io", "aio")]
     [InlineData("apply to the linux transport only", "--transport", "libuv", "--tuning", "DeferSend=false")]
-    [InlineData("plain HTTP only", "--urls", "https://*:8443")]
+    [InlineData("Platform mode serves plain HTTP only", "--mode", "platform", "--urls", "https://127.0.0.1:8443")]
+    [InlineData("Platform mode serves plain HTTP only", "--urls", "http://127.0.0.1:8080;https://127.0.0.1:8443", "--mode", "platform")]
+    [InlineData("not over TLS", "--urls", "https://unix:/tmp/te.sock")]
+    [InlineData("Option '--certificate' needs a file path", "--urls", "https://*:8443", "--certificate=")]
+    [InlineData("Option '--certificate-key' needs a file path", "--urls", "https://*:8443", "--certificate", "c.pem", "--certificate-key", " ")]
+    [InlineData("need '--certificate'", "--urls", "https://*:8443", "--certificate-key", "key.pem")]
+    [InlineData("need '--certificate'", "--urls", "https://*:8443", "--certificate-password", "pw")]
+    [InlineData("needs an https:// URL", "--certificate", "server.pfx")]
+    [InlineData("needs an https:// URL", "--urls", "http://127.0.0.1:0", "--certificate", "server.pfx")]
+    [InlineData("Invalid downstream 'localhost:8081'", "--downstream", "localhost:8081")]
+    [InlineData("Invalid downstream '/json'", "--downstream", "/json")]
+    [InlineData("Invalid downstream 'ftp://127.0.0.1/json'", "--downstream", "ftp://127.0.0.1/json")]
+    [InlineData("applies to middleware mode only", "--mode", "platform", "--downstream", "http://127.0.0.1:8081/json")]
     [InlineData("localhost needs a fixed port", "--mode", "platform", "--urls", "http://localhost:0")]
     [InlineData("Unknown protocols 'h2c'", "--protocols", "h2c")]
     [InlineData("applies to middleware mode only", "--mode", "platform", "--protocols", "http2")]
