@@ -14,10 +14,11 @@ Phases (each its own interleaved rounds):
   hosting  Kestrel direct, behind nginx (TCP and Unix-socket upstream) and behind Caddy (hosting.py);
   sweep    ThreadCount 1/2/4, unpinned (saturated.py);
   fixed, mixed, blocking  below saturation, open loop (openloop.py): CPU and latency at fixed fractions
-           of the baseline's rate; small requests beside bulk downloads on one loop; bystanders of a
-           handler that blocks its thread.
+           of the baseline's rate (also over HTTPS, and for a handler that awaits a downstream call); small
+           requests beside bulk downloads on one loop; bystanders of a handler that blocks its thread.
   protocols  HTTP/2 with prior knowledge (h2load: JSON and a gRPC unary call) and WebSocket echo
            (benchmarks/wsload), closed loop at saturation (protocols.py).
+  tls      HTTPS at saturation: keep-alive, a full handshake per request, HTTP/2 over TLS (tls.py).
 
 The phases share model.py (configurations, scenarios) and runner.py (the Runner: starting, verifying, priming and
 measuring servers); none imports compare.py. Results go to --out: results.json (every measurement), then report.py
@@ -48,6 +49,7 @@ import openloop  # noqa: E402
 import protocols  # noqa: E402
 import report  # noqa: E402
 import saturated  # noqa: E402
+import tls  # noqa: E402
 from model import (BIN, LIB, ROOT, RUNTIME_LAYOUTS, SAMPLE_DLL, Config, Interrupted, Scenario, load_configs,  # noqa: E402
                    parse_config_line)
 from procs import CLK_TCK, Proc, cpu_count, run_capture  # noqa: E402
@@ -95,7 +97,7 @@ def machine_info() -> dict:
 # Each phase, in its module, runs its rounds on the Runner.
 PHASES = {"main": saturated.phase_main, "latency": latency.phase_latency, "hosting": hosting.phase_hosting,
           "sweep": saturated.phase_sweep, "fixed": openloop.phase_fixed, "mixed": openloop.phase_mixed,
-          "blocking": openloop.phase_blocking, "protocols": protocols.phase_protocols}
+          "blocking": openloop.phase_blocking, "protocols": protocols.phase_protocols, "tls": tls.phase_tls}
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -128,7 +130,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--fixed-base-rate", action="append", default=[], metavar="SCENARIO=N",
                    help="fixed phase: a scenario's saturated rate in req/s, instead of measuring the baseline with wrk "
                    "at the start of the phase (repeatable)")
-    p.add_argument("--fixed-scenarios", help="fixed phase: json-64 and/or json-object-64 (default both; --quick json-64)")
+    p.add_argument("--fixed-scenarios", help="fixed phase: any of json-64, json-object-64, https-json-64 (loadgen over "
+                   "TLS) and await-64 (the sample's /await, its downstream the C server on the client CPUs) (default "
+                   "json-64,json-object-64; --quick json-64)")
     p.add_argument("--fixed-duration", type=float, help="fixed phase: measured window (default 8 s, --quick 2)")
     p.add_argument("--fixed-warmup", type=float, help="fixed phase: loadgen's warm-up at the window's own rate before "
                    "each window (default 10 s, --quick 1); the first window of a scenario on a fresh server also gets "
@@ -301,6 +305,9 @@ def estimate_seconds(args: argparse.Namespace, configs: list[Config]) -> float:
     if "protocols" in args.phases:
         # Two servers per configuration (HTTP/2 only, then HTTP/1.1 for the WebSocket upgrade), each primed.
         per_round += len(kestrel) * (2 * (start + args.warmup_first) + windows(protocols.PROTOCOL_SCENARIOS))
+    if "tls" in args.phases:
+        # A fresh server per scenario, primed on it.
+        per_round += len(kestrel) * sum(start + args.warmup_first + windows([s]) for s in tls.TLS_SCENARIOS)
     return per_round * args.rounds + calibration
 
 

@@ -27,6 +27,7 @@ RUNTIME_LAYOUTS = {"10": None, "11": ROOT / "tests" / "dotnet11" / "layout.sh"}
 STRIPPED_ENV_PREFIXES = ("Kestrel__", "ASPNETCORE_", "DOTNET_SYSTEM_NET_SOCKETS_", "DOTNET_ThreadPool_")
 CORE_PATHS = ["/plaintext", "/json"]
 BULK_RESPONSE_BYTES = 64 * 1024     # responses this large per request also get MiB/s (what wrk received)
+COUNTERS_PREFIX = "TechEmpower: counters "
 
 
 class Interrupted(Exception):
@@ -127,18 +128,21 @@ class Scenario:
     body_kib: int = 0                          # > 0: POST bodies of this size (pipeline.lua's second argument), drained by the server
     min_window_s: int = 0                      # measured window at least this long, whatever --duration says
     timeout_s: int = 2                         # wrk --timeout: a request slower than this counts as an error
+    tls: bool = False                          # served over https:// (the sample's self-signed certificate)
+    downstream: bool = False                   # the server needs --downstream (the awaiting handler, /await)
 
     def window_s(self, duration: int) -> int:
         return max(duration, self.min_window_s)
 
     @property
     def ceiling_serves(self) -> bool:
-        return self.path in CORE_PATHS and self.body_kib == 0
+        return self.path in CORE_PATHS and self.body_kib == 0 and not self.tls
 
     def as_dict(self) -> dict:
         return {"name": self.name, "title": self.title, "path": self.path, "connections": self.connections,
                 "depth": self.depth, "headers": list(self.headers), "mode": self.mode, "twin": self.twin, "body_kib": self.body_kib,
-                "min_window_s": self.min_window_s, "timeout_s": self.timeout_s}
+                "min_window_s": self.min_window_s, "timeout_s": self.timeout_s, "tls": self.tls,
+                "downstream": self.downstream}
 
 
 
@@ -165,7 +169,17 @@ class MainServer:
     proc: Proc
     url: str
     runnable: list[Scenario]
+    served: int = 0                             # requests answered over its life, where a phase counts them
 
     @property
     def port(self) -> int:
         return int(self.url.rsplit(":", 1)[1])
+
+    def exit_counters(self) -> dict[str, float] | None:
+        """After it stopped: the counters line the sample prints at exit (`TechEmpower: counters NAME=VALUE ...`,
+        the Linux transport's meter), as {name: value}; None when it printed none (another transport)."""
+        for line in reversed(self.proc.log_text().splitlines()):
+            if line.startswith(COUNTERS_PREFIX):
+                pairs = (item.partition("=") for item in line[len(COUNTERS_PREFIX):].split())
+                return {name: float(value) for name, _, value in pairs if value.replace(".", "", 1).isdigit()}
+        return None

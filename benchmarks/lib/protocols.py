@@ -135,9 +135,9 @@ def loader(runner: Runner, frame: Path):
 # ---- verification -------------------------------------------------------------------------------
 
 def curl(url: str, *options: str, timeout: float = 5.0) -> tuple[int, str, str, bytes]:
-    """One request with curl over HTTP/2 with prior knowledge: (status, HTTP version, headers and trailers, body);
-    status 0 when it failed."""
-    argv = ["curl", "--http2-prior-knowledge", "-sS", "--max-time", f"{timeout:g}", "-D", "-", "-o", "/dev/stderr",
+    """One request with curl over HTTP/2, with prior knowledge (h2c) or, for https://, by ALPN (the certificate not
+    verified): (status, HTTP version, headers and trailers, body); status 0 when it failed."""
+    argv = ["curl", *(["--http2", "-k"] if url.startswith("https://") else ["--http2-prior-knowledge"]), "-sS", "--max-time", f"{timeout:g}", "-D", "-", "-o", "/dev/stderr",
             "-w", r"\n%{http_code} %{http_version}", *options, url]
     try:
         done = subprocess.run(argv, capture_output=True, timeout=timeout + 5)
@@ -159,7 +159,7 @@ def check_h2(url: str, scenario: Scenario, frame: Path) -> tuple[str, str]:
     else:
         status, version, head, body = curl(url + scenario.path)
         expected = JSON_HELLO
-    what = f"{scenario.path} over h2c"
+    what = f"{scenario.path} over {'h2 (TLS, ALPN)' if url.startswith('https://') else 'h2c'}"
     if status == 404:
         return "missing", f"{what} answered 404 (not served by this build)"
     if status != 200 or version != "2":

@@ -21,6 +21,7 @@ from report_common import median, reasons_for, runtime_label  # noqa: E402
 from report_openloop import (blocking_section, fixed_section, issue32_targets, latency_section,  # noqa: E402
                              mixed_section, protocols_section)
 from report_saturated import hosting_section, scenario_table, sweep_section, targets_section  # noqa: E402
+from report_tls import tls_section  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 BUSY_MACHINE = 0.10         # median "other load" above this earns a warning at the top of the report
@@ -207,6 +208,7 @@ def write_markdown(out: Path, data: dict, charts: list[tuple[str, str]], chart_n
     lines += mixed_section(data)
     lines += blocking_section(data)
     lines += protocols_section(data)
+    lines += tls_section(data)
     lines += issue32_targets(data)
     lines += hosting_section(data)
     lines += sweep_section(data)

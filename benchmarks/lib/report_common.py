@@ -35,6 +35,22 @@ def fmt_count(v) -> str:
     return "–" if v is None else f"{v:.2f}"
 
 
+def fmt_small(v) -> str:
+    """A count per request that is often far below 1 (loop hand-offs): two significant digits there."""
+    if v is None:
+        return "–"
+    return "0" if v == 0 else f"{v:.2g}" if abs(v) < 0.1 else f"{v:.2f}"
+
+
+def counter_per_request(r: dict, suffix: str):
+    """A counter from the server's exit line (the one whose name ends with suffix) over the requests it answered in
+    its life; None without the line (another transport) or the count."""
+    counters = r.get("counters")
+    if not counters or not r.get("server_requests"):
+        return None
+    return sum(v for k, v in counters.items() if k.endswith(suffix)) / r["server_requests"]
+
+
 def fmt_ratio(v) -> str:
     return "–" if v is None else f"{v:.2f}×"
 

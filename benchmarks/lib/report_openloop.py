@@ -4,7 +4,8 @@ latency table, fixed rates, mixed load, blocking bystanders, HTTP/2, gRPC and We
 
 from __future__ import annotations
 
-from report_common import (LOAD_BOUND_UTIL, Summary, fmt_int, fmt_latency, fmt_pct, fmt_ratio, fmt_us, lag_p99,
+from report_common import (LOAD_BOUND_UTIL, Summary, counter_per_request, fmt_int, fmt_latency, fmt_pct, fmt_ratio,
+                           fmt_small, fmt_us, lag_p99,
                            latency_cells, median, not_measured, paired, paired_ratios, peer, percentile, reasons_for,
                            rt_cell, rt_head, rt_sep, select, spread)
 
@@ -65,14 +66,26 @@ def fixed_section(data: dict) -> list[str]:
              "rounds of each round's ratio (min–max), both windows of a round minutes or, with `--order paired`, "
              "seconds apart.", ""]
     names = []
+    # With the sample's counters line (the Linux transport), the loop hand-offs per request over each server's life.
+    counted = any(r.get("counters") for r in rows)
+    if counted:
+        lines += ["**Hand-offs/req**: the transport's `loop.handoffs` at the server's exit over the requests loadgen "
+                  "got answered in its life (every rate, warm-ups included); – for a transport without the counters.",
+                  ""]
     for s in fixed["scenarios"]:
         base = fixed["base"].get(s["name"], {})
         lines += [f"### {s['name']}: {s['title']}", "",
-                  f"`GET {s['path']}`, {s['connections']} keep-alive connections; 100% = {fmt_int(base.get('rate'))} "
+                  f"`GET {s['path']}`" + (" over HTTPS (loadgen -S: one full handshake per connection)"
+                                           if s.get("tls") else "")
+                  + (f" (the handler awaits `GET {data['meta'].get('fixed_downstream', {}).get('url', '?')}`, the C "
+                     "server pinned to the client CPU, whose CPU counts as load)" if s.get("downstream") else "")
+                  + f", {s['connections']} keep-alive connections; 100% = {fmt_int(base.get('rate'))} "
                   f"req/s ({base.get('source', '?')}).", "",
                   f"| Rate | Configuration |{rt_head(data)} Achieved req/s | CPU µs/req | vs {baseline} | Server CPU | p50 | p99 | p99.9 "
-                  f"| p99 vs {baseline} | lag p99 | Other load | Rounds | Errors |",
-                  "|---|---|" + rt_sep(data) + "---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+                  f"| p99 vs {baseline} | lag p99 |" + (" Hand-offs/req |" if counted else "")
+                  + " Other load | Rounds | Errors |",
+                  "|---|---|" + rt_sep(data) + "---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|" + (
+                      "---:|" if counted else "") + "---:|---|"]
         for fraction in fixed["fractions"]:
             target = fixed["rates"].get(s["name"], {}).get(str(fraction))
             for c in data["configs"]:
@@ -87,7 +100,9 @@ def fixed_section(data: dict) -> list[str]:
                     f"{spread(rs, lambda r: r.get('cpu_us_per_request'), fmt_us)} | "
                     f"{paired(rs, base_rows, lambda r: r.get('cpu_us_per_request'))} | {fmt_pct(sm.server_util)} | "
                     f"{latency_cells(rs, base_rows)} | {fmt_latency(median(lag_p99(r) for r in rs))} | "
-                    f"{fmt_pct(sm.other_util)} | {sm.n} | {sm.errors_text()} |")
+                    + (f"{fmt_small(median(counter_per_request(r, 'loop.handoffs') for r in rs))} | " if counted
+                       else "")
+                    + f"{fmt_pct(sm.other_util)} | {sm.n} | {sm.errors_text()} |")
         lines.append("")
     return lines + not_measured(data, "fixed", names)
 
@@ -255,7 +270,8 @@ def issue32_targets(data: dict) -> list[str]:
              f"`{ISSUE32_SOCKETS}` in this run: ratios of medians, **no** where missed; in the protocols phase, "
              "against its ThreadPool twin (the same name without *-adaptive*), the median of per-round ratios "
              "(min–max). A ratio inside the rows' min–max spread is not a result either way on a shared machine.", "",
-             "| Configuration | Target | Where | Bound | Measured | Met |", "|---|---|---|---:|---:|---|"]
+             "| Configuration |" + rt_head(data) + " Target | Where | Bound | Measured | Met |",
+             "|---|" + rt_sep(data) + "---|---|---:|---:|---|"]
 
     def med(phase, config, value, **where):
         return median(value(r) for r in select(measurements, phase=phase, config=config, **where))
@@ -263,7 +279,8 @@ def issue32_targets(data: dict) -> list[str]:
     def row(name, target, where, bound_text, measured, met):
         if measured is None:
             return
-        lines.append(f"| {name} | {target} | {where} | {bound_text} | {measured} | {'yes' if met else '**no**'} |")
+        lines.append(f"| {name} |{rt_cell(data, name)} {target} | {where} | {bound_text} | {measured} | "
+                     f"{'yes' if met else '**no**'} |")
 
     fixed = data["meta"].get("fixed") or {}
     for name in candidates:

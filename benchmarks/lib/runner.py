@@ -9,6 +9,7 @@ import argparse
 import json
 import math
 import os
+import re
 import resource
 import shlex
 import shutil
@@ -131,7 +132,7 @@ class Runner:
         """Starts one configuration, with extra_args after its own arguments (a Kestrel server only). A usage
         error (exit 2) on every alternative means unsupported."""
         self.server_count += 1
-        log_path = self.logs / f"{self.server_count:04d}-{label}.log"
+        log_path = self.logs / f"{self.server_count:04d}-{re.sub(r'[^A-Za-z0-9@._-]+', '-', label)}.log"
         taskset = ["taskset", "-c", cpus] if cpus else []
         env = dict(self.base_env)
         env.update(config.env)
@@ -146,7 +147,8 @@ class Runner:
                 return StartResult(None, state, reason, argv=argv)
             return StartResult(proc, "ok", startup_line=line, argv=argv)
 
-        url = f"http://unix:{target.path}" if target.kind == "unix" else f"http://{target.host}:{target.port}"
+        scheme = "https" if target.tls else "http"
+        url = f"http://unix:{target.path}" if target.kind == "unix" else f"{scheme}://{target.host}:{target.port}"
         mode_alternatives = [["--mode", mode]] + ([[]] if mode == "middleware" else [])
         key = (config.name, mode)
         if key in self.chosen_alternative:
@@ -360,6 +362,9 @@ class Runner:
             "error_rate": error_total / requests if requests else 1.0,
             "wrk_latency_us": result["latency_us"], "command": command,
         }
+        for key in ("handshakes", "resumed", "connections"):     # loadgen's, over TLS (tls.py)
+            if key in result:
+                record[key] = result[key]
         if counter:
             for event, key in PerfStat.EVENTS.items():
                 record[key] = counts[event] / requests if requests and event in counts else None
@@ -396,25 +401,27 @@ class Runner:
 
     def open_server(self, config: Config, mode: str, todo: list[Scenario], round_no: int, phase: str = "main",
                     cpus: str | None = None, threads: int | None = None, prime: bool = True,
-                    extra_args: tuple[str, ...] = (), check=None, run_load=None) -> MainServer | None:
+                    extra_args: tuple[str, ...] = (), check=None, run_load=None, tls: bool = False) -> MainServer | None:
         """Starts and verifies one configuration's server for a phase (pinned to `cpus`, default the server
         CPUs), and primes it on the scenarios it can serve. None when it did not start or failed verification
         (recorded as an event). The protocols phase's servers take more arguments (extra_args), are verified by
         check(server, scenario) -> (state, reason) instead of verify.py's HTTP/1.1 checks (an HTTP/2-only
         server still answers an HTTP/1.1 request, with 400, which is all the start-up waits for), and are
-        primed with run_load (see prime)."""
+        primed with run_load (see prime). With tls the server listens on https:// and is verified over TLS."""
         port = free_port(self.ports)
-        target = verify.Target("tcp", host="127.0.0.1", port=port)
+        target = verify.Target("tcp", host="127.0.0.1", port=port, tls=tls)
         server_mode = "middleware" if mode == "any" else mode
         # A build that rejects the extra arguments is unsupported with them, not in its mode.
-        key = " ".join([mode, *extra_args])
+        key = " ".join([mode, *extra_args] + (["https"] if tls else []))
+        if (config.name, key) in self.unsupported:
+            return None                         # found unsupported with these arguments earlier in the run
         started = self.start_server(config, server_mode, target, cpus or self.args.server_cpus, threads,
                                     f"{phase}-r{round_no}-{config.name}-{key.replace(' --', '-').replace(' ', '-')}",
                                     extra_args)
         if started.state != "ok":
             self.start_failed(phase, config, key, started, "*", round_no, mode)
             return None
-        server = MainServer(config, started.proc, f"http://127.0.0.1:{port}", [])
+        server = MainServer(config, started.proc, f"{'https' if tls else 'http'}://127.0.0.1:{port}", [])
         try:
             self.startup_lines.setdefault(config.name, started.startup_line)
             self.commands.setdefault(config.name, shlex.join(started.argv))
