@@ -100,7 +100,7 @@ if (( build )); then
     dotnet build -c Release samples/TechEmpower -nologo -v quiet -clp:ErrorsOnly --disable-build-servers
     dotnet build -c Release benchmarks/TraceAnalyzer -nologo -v quiet -clp:ErrorsOnly --disable-build-servers
     mkdir -p "$(dirname "$loadgen")"
-    gcc -O2 -Wall -Wextra -o "$loadgen" benchmarks/loadgen/loadgen.c
+    gcc -O2 -Wall -Wextra -o "$loadgen" benchmarks/loadgen/loadgen.c -lssl -lcrypto
     gcc -O2 -Wall -Wextra -o artifacts/benchmarks/bin/ceiling benchmarks/ceiling/ceiling.c
 fi
 [[ -z $rate || -x $loadgen ]] || { echo "trace: $loadgen is missing; run without --no-build" >&2; exit 2; }

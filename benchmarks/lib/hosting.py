@@ -1,6 +1,6 @@
 """compare.py's hosting phase: the sample served directly, and behind nginx (TCP or Unix-socket upstream) or Caddy,
 each proxy pinned to the server's CPUs with as many workers, every setup verified through the proxy before any load.
-The measuring is the main phase's machinery, through the compare.py Runner.
+The measuring is the main phase's machinery, through the Runner (runner.py).
 """
 
 from __future__ import annotations
@@ -10,23 +10,24 @@ import re
 import shlex
 import shutil
 import time
-from pathlib import Path
-from typing import TYPE_CHECKING
-
 import verify
+from model import CORE_PATHS, JSON_256, LIB, Config, Scenario
 from procs import STARTUP_TIMEOUT_S, Proc, cpu_count, free_port
+from runner import Runner
 
-if TYPE_CHECKING:
-    from compare import Config, Runner, Scenario
-
-LIB = Path(__file__).resolve().parent
 PROXY_TOOLS = {"nginx-tcp": "nginx", "nginx-unix": "nginx", "caddy": "caddy", "caddy-unix": "caddy"}
+HOSTING_MODELS = ("direct", "nginx-tcp", "nginx-unix", "caddy", "caddy-unix")
+HOSTING_SCENARIOS = [
+    Scenario("plaintext-256", "plaintext, 256 connections, no pipelining", "/plaintext", 256),
+    JSON_256,
+]
 
 
-def phase_hosting(runner: Runner, all_scenarios: list[Scenario], core_paths: list[str]) -> None:
+def phase_hosting(runner: Runner, all_scenarios: list[Scenario] = HOSTING_SCENARIOS,
+                  core_paths: list[str] = CORE_PATHS) -> None:
     """Every hosting model × transport, rotated each round: a fresh server, and its proxy, per setup."""
     models = runner.args.hosting
-    transports = [t for t in runner.args.hosting_transports if t in runner.by_name]
+    transports = [c.name for c in runner.rows_named(runner.args.hosting_transports)]
     scenarios = all_scenarios if not runner.args.quick else [all_scenarios[1]]
     runner.meta["hosting"] = {"models": models, "transports": transports,
                               "scenarios": [s.as_dict() for s in scenarios]}

@@ -10,7 +10,7 @@
 
 Every phase runs interleaved rounds of fresh servers, as compare.py's others do; report.py turns the
 records into tables of medians, min-max and per-round ratios to the baseline. These are functions of the
-compare.py Runner, which they drive through its methods (start, verify, prime, remeasure, record).
+Runner (runner.py), which they drive through its methods (start, verify, prime, remeasure, record).
 """
 
 from __future__ import annotations
@@ -24,13 +24,11 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import verify
-
-if TYPE_CHECKING:
-    from compare import MainServer, Runner, Scenario
-    from procs import Proc
+from model import BIN, MainServer, Scenario
+from procs import STARTUP_TIMEOUT_S, Proc, free_port
+from runner import Runner
 
 FIXED_BASE_WINDOWS = 3          # wrk windows of the baseline, per scenario, whose median is the saturated rate
 MIXED_WRK_LEAD_S = 0.5          # the downloads start this long before the small requests' warm-up
@@ -39,6 +37,23 @@ BLOCK_LEAD_S = 0.5              # the blocking request goes out this long into l
 BLOCK_TAIL_S = 1.0              # and loadgen keeps measuring this long after the block should have ended
 BYSTANDERS = 8                  # keep-alive bystander connections in the blocking phase (issue 32)
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+# Fixed rates: JSON over 64 keep-alive connections, and one MVC scenario of the same shape: /json-object is /json's
+# work (an object serialized to JSON per request) behind routing, action selection and MVC's output formatter, so
+# the two tables differ by what MVC costs per request.
+# Issue 37 adds /json over HTTPS (keep-alive: loadgen -S, one full handshake per connection) and a handler that
+# awaits one downstream HTTP call per request (the sample's /await, to the C ceiling server pinned to the client CPU,
+# so that the server's CPU is the server's alone); --fixed-scenarios selects them.
+FIXED_SCENARIOS = [
+    Scenario("json-64", "JSON, 64 connections", "/json", 64),
+    Scenario("json-object-64", "app: GET /json-object (MVC, JSON formatter), 64 connections", "/json-object", 64),
+    Scenario("https-json-64", "JSON over HTTPS (HTTP/1.1), 64 keep-alive connections", "/json", 64, tls=True),
+    Scenario("await-64", "GET /await: the handler awaits one HTTP call to the C ceiling server's /json and answers "
+             "its body, 64 connections", "/await", 64, downstream=True),
+]
+# Mixed load on one loop: small requests at a fixed rate beside 8 MiB downloads (about 0.1 s each).
+MIXED_SMALL = Scenario("json-16", "JSON, 16 connections", "/json", 16)
+MIXED_BULK = Scenario("download8m-16", "GET 8 MiB bodies, 16 connections", "/download/8192", 16, timeout_s=10)
 
 
 def pid_cpu_seconds(pid: int) -> float:
@@ -123,11 +138,11 @@ class MarkedLoadgen:
 
 
 def loadgen_argv(runner: Runner, port: int, path: str, connections: int, rate: float, duration: float,
-                 warmup: float, drain: float = 2.0, samples: Path | None = None) -> list[str]:
+                 warmup: float, drain: float = 2.0, samples: Path | None = None, tls: bool = False) -> list[str]:
     argv = ["taskset", "-c", runner.args.client_cpus, str(runner.loadgen), "-a", "127.0.0.1", "-p", str(port),
             "-P", path, "-c", str(connections), "-r", f"{rate:.0f}", "-d", f"{duration:g}", "-w", f"{warmup:g}",
             "-T", f"{drain:g}", "-m"]
-    return argv + (["-s", str(samples)] if samples else [])
+    return argv + (["-s", str(samples)] if samples else []) + (["-S"] if tls else [])
 
 
 def loadgen_record(runner: Runner, phase: str, scenario: str, config: str, round_no: int, path: str,
@@ -171,7 +186,7 @@ def plans(runner: Runner, phase: str, scenarios: list[Scenario], complete: bool)
         served = [s for s in scenarios if config.kind != "ceiling" or s.ceiling_serves]
         if len(served) < len(scenarios):
             names = ", ".join(s.name for s in scenarios if s not in served)
-            runner.event(phase, config.name, "unsupported", "the ceiling serves /plaintext and /json only", names,
+            runner.event(phase, config.name, "unsupported", "the ceiling serves plain HTTP /plaintext and /json only", names,
                          None, "middleware")
         if served and (len(served) == len(scenarios) or not complete):
             result.append((config, served))
@@ -191,7 +206,58 @@ def fresh_server(runner: Runner, phase: str, config, scenarios: list[Scenario], 
 
 # ---- fixed: fractions of the baseline's saturated rate -----------------------------------------
 
-def base_rates(runner: Runner, scenarios: list[Scenario]) -> dict[str, tuple[float, str]]:
+def flavour(scenario: Scenario) -> str:
+    """The kind of server a fixed scenario needs: plain, https or await (with --downstream)."""
+    return "https" if scenario.tls else "await" if scenario.downstream else "plain"
+
+
+def server_options(flavour_name: str, downstream: str) -> dict:
+    if flavour_name == "https":
+        return {"tls": True}
+    if flavour_name == "await":
+        return {"extra_args": ("--downstream", downstream)}
+    return {}
+
+
+class Downstream:
+    """The C ceiling server as the awaiting handler's downstream, pinned to the client CPUs (beside the load
+    generator), so that the server under test's CPU is its own; started once for the phase."""
+
+    def __init__(self, runner: Runner) -> None:
+        self.runner = runner
+        self.proc: Proc | None = None
+        self.url = ""
+
+    def start(self) -> str:
+        runner = self.runner
+        target = verify.Target("tcp", host="127.0.0.1", port=free_port(runner.ports))
+        runner.server_count += 1
+        argv = ["taskset", "-c", runner.args.client_cpus, str(BIN / "ceiling"), "-a", target.host, "-p",
+                str(target.port)]
+        self.proc = Proc("downstream", argv, runner.base_env,
+                         runner.logs / f"{runner.server_count:04d}-fixed-downstream-ceiling.log")
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while time.monotonic() < deadline and self.proc.alive():
+            if verify.answers(target, "/json"):
+                self.url = f"http://{target.host}:{target.port}/json"
+                runner.meta.setdefault("fixed_downstream", {"command": shlex.join(argv), "url": self.url})
+                return ""
+            time.sleep(0.05)
+        reason = f"the downstream C server did not answer: {self.proc.log_text()[-200:]}"
+        self.stop()
+        return reason
+
+    @property
+    def pids(self) -> tuple[int, ...]:
+        return (self.proc.pid,) if self.proc else ()
+
+    def stop(self) -> None:
+        if self.proc:
+            self.proc.stop()
+            self.proc = None
+
+
+def base_rates(runner: Runner, scenarios: list[Scenario], downstream: str = "") -> dict[str, tuple[float, str]]:
     """Each scenario's saturated rate: given with --fixed-base-rate, or measured now with wrk on the
     baseline configuration (pinned and primed as the main phase is, FIXED_BASE_WINDOWS windows, median)."""
     args = runner.args
@@ -199,7 +265,7 @@ def base_rates(runner: Runner, scenarios: list[Scenario]) -> dict[str, tuple[flo
     todo = [s for s in scenarios if s.name not in rates]
     if not todo:
         return rates
-    config = runner.table.get(args.baseline)
+    config = runner.baseline_row()
     if config is None or config.kind == "ceiling":
         for s in todo:
             runner.event("fixed", "*", "skipped", f"no base rate: configuration {args.baseline!r} is not in the "
@@ -207,9 +273,20 @@ def base_rates(runner: Runner, scenarios: list[Scenario]) -> dict[str, tuple[flo
         return rates
     windows = 1 if args.quick else FIXED_BASE_WINDOWS
     runner.log(f"fixed: {args.baseline}'s saturated rate on {', '.join(s.name for s in todo)} (wrk, {windows} windows)")
-    server = runner.open_server(config, "middleware", todo, 0, phase="fixed-base")
+    for kind in dict.fromkeys(flavour(s) for s in todo):
+        measure_base(runner, config, [s for s in todo if flavour(s) == kind], windows, rates,
+                     server_options(kind, downstream))
+    for s in todo:
+        if s.name not in rates:
+            runner.event("fixed", "*", "skipped", f"no base rate: {config.name} was not measured on it", s.name)
+    return rates
+
+
+def measure_base(runner: Runner, config, todo: list[Scenario], windows: int, rates: dict, options: dict) -> None:
+    args = runner.args
+    server = runner.open_server(config, "middleware", todo, 0, phase="fixed-base", **options)
     if server is None:
-        return rates
+        return
     try:
         for scenario in server.runnable:
             for i in range(1, windows + 1):
@@ -224,16 +301,27 @@ def base_rates(runner: Runner, scenarios: list[Scenario]) -> dict[str, tuple[flo
                                         f"run ({len(values)} windows of {args.duration} s)")
     finally:
         server.proc.stop()
-    for s in todo:
-        if s.name not in rates:
-            runner.event("fixed", "*", "skipped", f"no base rate: {config.name} was not measured on it", s.name)
-    return rates
 
 
-def phase_fixed(runner: Runner, scenarios: list[Scenario]) -> None:
+def phase_fixed(runner: Runner, scenarios: list[Scenario] = FIXED_SCENARIOS) -> None:
     args = runner.args
     scenarios = [s for s in scenarios if s.name in args.fixed_scenarios]
-    base = base_rates(runner, scenarios)
+    downstream = Downstream(runner)
+    try:
+        if any(s.downstream for s in scenarios):
+            reason = downstream.start()
+            if reason:
+                for s in [s for s in scenarios if s.downstream]:
+                    runner.event("fixed", "*", "failed", reason, s.name)
+                scenarios = [s for s in scenarios if not s.downstream]
+        fixed_rounds(runner, scenarios, downstream)
+    finally:
+        downstream.stop()
+
+
+def fixed_rounds(runner: Runner, scenarios: list[Scenario], downstream: Downstream) -> None:
+    args = runner.args
+    base = base_rates(runner, scenarios, downstream.url)
     scenarios = [s for s in scenarios if s.name in base]
     fractions = sorted(args.fixed_fractions, reverse=True)
     rates = {s.name: {f: max(1.0, round(base[s.name][0] * f)) for f in fractions} for s in scenarios}
@@ -247,24 +335,37 @@ def phase_fixed(runner: Runner, scenarios: list[Scenario]) -> None:
     if not scenarios:
         return
     todo = plans(runner, "fixed", scenarios, complete=False)
+    kinds = list(dict.fromkeys(flavour(s) for s in scenarios))
     for round_no in range(1, args.rounds + 1):
         runner.log(f"fixed: round {round_no}/{args.rounds}")
         order = runner.rotated(todo, round_no)
-        # paired: the round's servers side by side, each rate measured on every one of them back to back.
+        # paired: the round's servers side by side, each rate measured on every one of them back to back. Each kind
+        # of server (plain, https, await) is its own set of servers.
         groups = [order] if args.order == "paired" else [[plan] for plan in order]
-        for group in groups:
-            servers = [s for s in (fresh_server(runner, "fixed", config, served, round_no, prime=False)
-                                   for config, served in group) if s is not None]
-            try:
-                run_fixed_windows(runner, servers, scenarios, fractions, rates, round_no)
-            finally:
+        for kind in kinds:
+            for group in groups:
+                group = [(config, [s for s in served if flavour(s) == kind]) for config, served in group]
+                servers = [s for s in (fresh_server(runner, "fixed", config, served, round_no, prime=False,
+                                                    **server_options(kind, downstream.url))
+                                       for config, served in group if served) if s is not None]
+                before = len(runner.measurements)
+                try:
+                    run_fixed_windows(runner, servers, [s for s in scenarios if flavour(s) == kind], fractions,
+                                      rates, round_no, downstream.pids)
+                finally:
+                    for server in servers:
+                        server.proc.stop()
+                # The transport's counters at each server's exit (loop hand-offs...), over all its requests.
                 for server in servers:
-                    server.proc.stop()
-            runner.save()
+                    counters = server.exit_counters()
+                    for record in runner.measurements[before:]:
+                        if record["config"] == server.config.name:
+                            record.update(counters=counters, server_requests=server.served)
+                runner.save()
 
 
 def run_fixed_windows(runner: Runner, servers: list[MainServer], scenarios: list[Scenario], fractions: list[float],
-                      rates: dict, round_no: int) -> None:
+                      rates: dict, round_no: int, load_pids: tuple[int, ...] = ()) -> None:
     """From the highest rate down, so that the priming (at the highest rate) leads into the first window and
     every window follows its own warm-up at its own rate."""
     args = runner.args
@@ -282,18 +383,20 @@ def run_fixed_windows(runner: Runner, servers: list[MainServer], scenarios: list
                 def attempt(server=server, fraction=fraction):
                     warmup = next(attempts, args.fixed_warmup)   # a window measured again is not primed again
                     return fixed_window(runner, server, scenario, fraction, rates[scenario.name][fraction],
-                                        warmup, round_no)
+                                        warmup, round_no, load_pids)
                 if not runner.least_disturbed(attempt):
                     live.remove(server)
 
 
 def fixed_window(runner: Runner, server: MainServer, scenario: Scenario, fraction: float, rate: float,
-                 warmup: float, round_no: int) -> tuple[bool, dict | None]:
+                 warmup: float, round_no: int, load_pids: tuple[int, ...] = ()) -> tuple[bool, dict | None]:
+    """One window at one rate. load_pids (the downstream server on the client CPU) count as load, not as others."""
     args = runner.args
     runner.check_interrupted()
     name = server.config.name
-    argv = loadgen_argv(runner, server.port, scenario.path, scenario.connections, rate, args.fixed_duration, warmup)
-    with MarkedLoadgen(runner, argv, server.proc) as loadgen:
+    argv = loadgen_argv(runner, server.port, scenario.path, scenario.connections, rate, args.fixed_duration, warmup,
+                        tls=scenario.tls)
+    with MarkedLoadgen(runner, argv, server.proc, load_pids) as loadgen:
         result, window, error = loadgen.finish(warmup + args.fixed_duration + 30)
     if not server.proc.alive():
         runner.event("fixed", name, "failed", f"the server died: {server.proc.log_text()[-300:]}", scenario.name,
@@ -302,6 +405,7 @@ def fixed_window(runner: Runner, server: MainServer, scenario: Scenario, fractio
     if result is None:
         runner.event("fixed", name, "failed", error, scenario.name, round_no, "middleware")
         return True, None
+    server.served += result["completed"]        # warm-up and priming included, for the counters at exit
     record = loadgen_record(runner, "fixed", scenario.name, name, round_no, scenario.path, scenario.connections,
                             result, window, shlex.join(argv), {"fraction": fraction, "warmup_s": warmup})
     cpu = record["cpu_us_per_request"]
@@ -312,7 +416,7 @@ def fixed_window(runner: Runner, server: MainServer, scenario: Scenario, fractio
 
 # ---- mixed: bulk downloads and small requests on one loop ---------------------------------------
 
-def phase_mixed(runner: Runner, small: Scenario, bulk: Scenario) -> None:
+def phase_mixed(runner: Runner, small: Scenario = MIXED_SMALL, bulk: Scenario = MIXED_BULK) -> None:
     args = runner.args
     runner.meta["mixed"] = {"small": small.as_dict(), "bulk": bulk.as_dict(), "rate": args.mixed_rate,
                             "duration_s": args.mixed_duration, "warmup_s": args.mixed_warmup, "threads": 1,
@@ -388,13 +492,19 @@ def block_path(ms: int, how: str) -> str:
     return f"/block?ms={ms}&how={how}"
 
 
-def phase_blocking(runner: Runner, bystander: Scenario, probe: Scenario) -> None:
+# The bystanders' requests, and the sample's blocking handler as verification probes it.
+BLOCK_BYSTANDER = Scenario("json-8", "JSON, 8 bystander connections", "/json", BYSTANDERS)
+BLOCK_PROBE = Scenario("block", "GET /block (the sample's blocking handler), 0 ms", block_path(0, "sleep"), 1)
+
+
+def phase_blocking(runner: Runner, bystander: Scenario = BLOCK_BYSTANDER, probe: Scenario = BLOCK_PROBE) -> None:
     """`probe` is /block with ms=0, verified before the measurement (a build without /block answers 404:
     unsupported). The server is pinned to the first server CPU only, with one event loop."""
     args = runner.args
     cpu = str(runner.server_cpu_list[0])
     runner.meta["blocking"] = {"ms": args.blocking_ms, "hows": args.blocking_how, "rate": args.blocking_rate,
                                "bystanders": BYSTANDERS, "path": bystander.path, "warmup_s": args.blocking_warmup,
+                               "prime_s": args.warmup_first,
                                "server_cpu": cpu, "threads": 1, "baseline": args.baseline}
     todo = plans(runner, "blocking", [bystander, probe], complete=True)
     for round_no in range(1, args.rounds + 1):
@@ -431,14 +541,17 @@ def block_window(runner: Runner, server: MainServer, bystander: Scenario, how: s
         return
     samples = runner.tmp / f"blocking-{server.port}.txt"
     block_s = args.blocking_ms / 1000
+    # The server was not primed with wrk (saturation would grow the thread pool the block then meets): the bystanders'
+    # own warm-up primes it, --warmup-first longer.
+    warmup = args.blocking_warmup + args.warmup_first
     argv = loadgen_argv(runner, server.port, bystander.path, BYSTANDERS, args.blocking_rate,
-                        BLOCK_LEAD_S + block_s + BLOCK_TAIL_S, args.blocking_warmup, drain=block_s + 3, samples=samples)
+                        BLOCK_LEAD_S + block_s + BLOCK_TAIL_S, warmup, drain=block_s + 3, samples=samples)
     answer, result, window, error = None, None, None, ""
     try:
         for _ in range(3):
             verify.exchange_on(client, verify.request_bytes(target, block_path(0, how)))
         with MarkedLoadgen(runner, argv, server.proc) as loadgen:
-            if loadgen.started.wait(timeout=args.blocking_warmup + 10):
+            if loadgen.started.wait(timeout=warmup + 10):
                 time.sleep(BLOCK_LEAD_S)
                 sent = time.monotonic_ns()
                 try:
@@ -449,7 +562,7 @@ def block_window(runner: Runner, server: MainServer, bystander: Scenario, how: s
                 except (OSError, verify.ProtocolError, ValueError) as exc:
                     error = f"/block: {exc}"
                 returned = time.monotonic_ns()
-            result, window, loadgen_error = loadgen.finish(args.blocking_warmup + 2 * block_s + 40)
+            result, window, loadgen_error = loadgen.finish(warmup + 2 * block_s + 40)
             error = error or loadgen_error
     except (OSError, verify.ProtocolError, ValueError) as exc:
         error = f"/block with ms=0: {exc}"

@@ -181,3 +181,27 @@ def run_capture(argv: list[str], timeout: float = 10.0) -> str:
         return (done.stdout + done.stderr).strip()
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"unavailable ({exc})"
+
+
+KESTREL_CORE = "Microsoft.AspNetCore.Server.Kestrel.Core.dll"
+
+
+def loaded_kestrel(pid: int) -> str:
+    """The path of the Kestrel.Core assembly a running .NET process has mapped (/proc/PID/maps), "" when none is:
+    its folder names the shared framework and version it really runs on (…/shared/Microsoft.AspNetCore.App/11.0.0/),
+    whatever the command line asked for."""
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            for line in f:
+                if line.rstrip().endswith("/" + KESTREL_CORE):
+                    return line.split(None, 5)[5].strip()
+    except OSError:
+        pass
+    return ""
+
+
+def framework_version(kestrel_path: str) -> str:
+    """11.0.0 from …/shared/Microsoft.AspNetCore.App/11.0.0/Microsoft.AspNetCore.Server.Kestrel.Core.dll; "" if the
+    path is not in a shared framework's folder (a self-contained app)."""
+    parts = kestrel_path.split("/")
+    return parts[-2] if len(parts) > 3 and parts[-3] == "Microsoft.AspNetCore.App" else ""

@@ -8,7 +8,7 @@ that Adaptive scheduling's be at least ThreadPool's).
 
 Without TLS Kestrel serves an endpoint's default Http1AndHttp2 as HTTP/1.1 only, so the HTTP/2 scenarios run on a
 server started with --protocols http2, and ws-echo (an HTTP/1.1 upgrade) on one with Kestrel's default: each
-round starts two servers per configuration. The rest is the main phase's machinery, through the compare.py Runner:
+round starts two servers per configuration. The rest is the main phase's machinery, through the Runner (runner.py):
 pinned server and client, rotated rounds (--order paired: the round's servers side by side, each scenario measured
 on every one back to back), priming and warm-up, CPU from /proc over the window, other load and re-measurement,
 and every server verified before any load: /json's exact body over HTTP/2, a gRPC call's echo and grpc-status 0
@@ -23,12 +23,10 @@ import shlex
 import shutil
 import subprocess
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import verify
-
-if TYPE_CHECKING:
-    from compare import Config, MainServer, Runner, Scenario
+from model import Config, MainServer, Scenario
+from runner import Runner
 
 GRPC_PATH = "/techempower.Echo/Unary"
 GRPC_MESSAGE = b"TechEmpower gRPC unary payload"                 # 30 bytes
@@ -40,6 +38,18 @@ WS_PATH = "/ws"
 WS_MESSAGE_BYTES = 32
 HTTP2, HTTP1 = "http2", "http1"            # which server a scenario runs on: --protocols http2, or Kestrel's default
 H2LOAD_HINT = "apt-get install nghttp2-client"
+
+
+# At saturation: depth is the requests in flight per connection (HTTP/2 streams, or the one WebSocket message each
+# connection waits for).
+PROTOCOL_SCENARIOS = [
+    Scenario("h2-json", "JSON over HTTP/2 with prior knowledge (h2c), 16 connections × 16 streams (h2load)",
+             "/json", 16, 16),
+    Scenario("grpc-unary", f"gRPC unary call echoing {GRPC_MESSAGE_BYTES} bytes, 16 connections × 16 "
+             "streams (h2load)", GRPC_PATH, 16, 16),
+    Scenario("ws-echo", f"WebSocket echo of {WS_MESSAGE_BYTES}-byte messages, 16 connections, one message "
+             "in flight each (wsload)", WS_PATH, 16),
+]
 
 
 def protocol_of(scenario: Scenario) -> str:
@@ -125,9 +135,9 @@ def loader(runner: Runner, frame: Path):
 # ---- verification -------------------------------------------------------------------------------
 
 def curl(url: str, *options: str, timeout: float = 5.0) -> tuple[int, str, str, bytes]:
-    """One request with curl over HTTP/2 with prior knowledge: (status, HTTP version, headers and trailers, body);
-    status 0 when it failed."""
-    argv = ["curl", "--http2-prior-knowledge", "-sS", "--max-time", f"{timeout:g}", "-D", "-", "-o", "/dev/stderr",
+    """One request with curl over HTTP/2, with prior knowledge (h2c) or, for https://, by ALPN (the certificate not
+    verified): (status, HTTP version, headers and trailers, body); status 0 when it failed."""
+    argv = ["curl", *(["--http2", "-k"] if url.startswith("https://") else ["--http2-prior-knowledge"]), "-sS", "--max-time", f"{timeout:g}", "-D", "-", "-o", "/dev/stderr",
             "-w", r"\n%{http_code} %{http_version}", *options, url]
     try:
         done = subprocess.run(argv, capture_output=True, timeout=timeout + 5)
@@ -149,7 +159,7 @@ def check_h2(url: str, scenario: Scenario, frame: Path) -> tuple[str, str]:
     else:
         status, version, head, body = curl(url + scenario.path)
         expected = JSON_HELLO
-    what = f"{scenario.path} over h2c"
+    what = f"{scenario.path} over {'h2 (TLS, ALPN)' if url.startswith('https://') else 'h2c'}"
     if status == 404:
         return "missing", f"{what} answered 404 (not served by this build)"
     if status != 200 or version != "2":
@@ -211,7 +221,7 @@ def measure(runner: Runner, server: MainServer, scenario: Scenario, round_no: in
                           lambda seconds: run(server.url, scenario, seconds))
 
 
-def phase_protocols(runner: Runner, scenarios: list[Scenario]) -> None:
+def phase_protocols(runner: Runner, scenarios: list[Scenario] = PROTOCOL_SCENARIOS) -> None:
     args = runner.args
     todo = list(scenarios)
     for tool, hint in (("h2load", H2LOAD_HINT), ("curl", "apt-get install curl")):

@@ -14,8 +14,12 @@ generator sees. For each path it sends one GET and checks:
 The first path is also sent three times in one write (pipelining: three complete answers in order)
 and once with "Connection: close" (the server answers, then closes).
 
+An https:// target gets the same checks over TLS (ALPN http/1.1; the server's certificate is not verified:
+benchmark servers make a self-signed one at start).
+
 Usable as a module (compare.py) or from the command line:
     python3 verify.py 127.0.0.1:8080 /plaintext /json
+    python3 verify.py https://127.0.0.1:8443 /json
     python3 verify.py unix:/tmp/kestrel.sock /plaintext
 """
 
@@ -24,6 +28,7 @@ from __future__ import annotations
 import email.utils
 import json
 import socket
+import ssl
 import sys
 import time
 import xml.etree.ElementTree as ElementTree
@@ -81,30 +86,36 @@ EXPECTATIONS: dict[str, Expectation] = {
     # The sample's large responses: byte i is i % 251 (ScenariosController.Download).
     "/download/256": Expectation(("application/octet-stream",), body=_download_body(256)),
     "/download/8192": Expectation(("application/octet-stream",), body=_download_body(8192)),
+    # The awaiting handler answers the body its downstream call got: the C ceiling server's /json.
+    "/await": Expectation(("application/json", "text/plain"), body=JSON_HELLO, require_content_length=False),
 }
 
 
 @dataclass
 class Target:
-    """Where a server listens: ("tcp", host, port) or ("unix", path)."""
+    """Where a server listens: ("tcp", host, port), over TLS with tls, or ("unix", path)."""
 
     kind: str
     host: str = ""
     port: int = 0
     path: str = ""
+    tls: bool = False
 
     @staticmethod
     def parse(text: str) -> "Target":
         if text.startswith("unix:"):
             return Target("unix", path=text[5:])
-        host, _, port = text.rpartition(":")
-        return Target("tcp", host=host.strip("[]"), port=int(port))
+        tls = text.startswith("https://")
+        host, _, port = text.removeprefix("https://").removeprefix("http://").rpartition(":")
+        return Target("tcp", host=host.strip("[]"), port=int(port), tls=tls)
 
     def host_header(self) -> str:
         return "localhost" if self.kind == "unix" else f"{self.host}:{self.port}"
 
     def __str__(self) -> str:
-        return f"unix:{self.path}" if self.kind == "unix" else f"{self.host}:{self.port}"
+        if self.kind == "unix":
+            return f"unix:{self.path}"
+        return f"https://{self.host}:{self.port}" if self.tls else f"{self.host}:{self.port}"
 
 
 class ProtocolError(Exception):
@@ -122,10 +133,23 @@ def connect(target: Target, timeout: float) -> socket.socket:
     sock.settimeout(timeout)
     try:
         sock.connect(address)
+        if target.tls:
+            sock = _TLS.wrap_socket(sock)     # the handshake, within the same timeout
     except OSError:
         sock.close()
         raise
     return sock
+
+
+def _client_context() -> ssl.SSLContext:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    context.set_alpn_protocols(["http/1.1"])
+    return context
+
+
+_TLS = _client_context()
 
 
 def request_bytes(target: Target, path: str, extra: str = "") -> bytes:

@@ -17,14 +17,21 @@
 // as the measured window opens and closes, so a caller can read a server's CPU time over exactly
 // that window; "window_completed" counts the answers that arrived within it, to divide that CPU by.
 //
+// With -S it speaks HTTPS: TLS (OpenSSL, ALPN http/1.1, the server's certificate not verified: benchmark servers
+// make theirs at start), and never resumes a session, so every connection it opens costs the server a full
+// handshake; "handshakes" and "resumed" in the JSON count them. With -k every request goes on a new connection: it
+// asks for "Connection: close", takes the server's close after the answer as expected, and connects again (with
+// -S, a full handshake per request). With -C it runs closed loop instead of on a schedule: every connection sends
+// its next request as soon as its last is answered (-r is then not used), for a saturated run.
+//
 // Output: one JSON object on stdout. With -s FILE, also every measured request as a text line
 // "INTENDED_NS LATENCY_NS LAG_NS" (intended send time on CLOCK_MONOTONIC, the clock .NET's EventPipe
 // timestamps use on Linux; LAG_NS is how late loadgen itself was in sending it), so a trace of the
 // server can be lined up with the slow requests, and the generator's own stalls told apart.
 //
-// Build: gcc -O2 -Wall -Wextra -o loadgen loadgen.c
+// Build: gcc -O2 -Wall -Wextra -o loadgen loadgen.c -lssl -lcrypto     (Debian: libssl-dev)
 // Run:   loadgen -p PORT -r RATE [-a 127.0.0.1] [-P /json] [-c 256] [-d 5] [-w 1] [-H 'Name: value']
-//               [-s FILE] [-m]
+//               [-s FILE] [-m] [-S] [-k] [-C]
 
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -45,6 +52,9 @@
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 
 #include "target.h"
 
@@ -119,6 +129,9 @@ static uint64_t hist_percentile(const struct histogram *h, double p)
 struct conn {
     int fd;
     int connecting;
+    SSL *ssl;                  // -S: the connection's TLS session, NULL until TCP is connected
+    int handshaking;           // -S: the TLS handshake is under way
+    int requests_written;      // -k: requests written on this connection (one, then the server closes it)
     int want_out;              // EPOLLOUT registered
     uint64_t *intended;        // ring of intended send times (ns) of requests not yet answered
     uint64_t *lag;             // and, in the same slots, how late loadgen was to queue each one
@@ -133,6 +146,8 @@ struct stats {
     uint64_t sent, completed, recorded;
     uint64_t window_completed;   // answers that arrived inside the measured window, whatever their send time
     uint64_t err_connect, err_read, err_write, err_status, err_parse, err_closed, lost, incomplete;
+    uint64_t opened;             // connections opened (TCP connects started)
+    uint64_t handshakes, resumed, err_tls;   // -S: TLS handshakes completed, how many resumed a session, failed
 };
 
 static struct sockaddr_storage target;
@@ -145,6 +160,9 @@ static struct histogram latency, lag;
 static uint64_t measure_from;   // requests intended before this are warm-up and not recorded
 static uint64_t measure_until;  // the measured window's end: no request is scheduled after it
 static uint64_t in_flight;      // requests queued or sent and not yet answered, all connections
+static SSL_CTX *tls;            // -S
+static int close_each;          // -k: one request per connection
+static int closed_loop;         // -C
 
 static void die(const char *fmt, ...)
 {
@@ -199,6 +217,8 @@ static void conn_open(struct conn *c)
     c->want_out = 1;
     c->rlen = 0;
     c->written = 0;
+    c->requests_written = 0;
+    st.opened++;
     if (connect(c->fd, (struct sockaddr *)&target, target_len) != 0 && errno != EINPROGRESS) {
         st.err_connect++;
     }
@@ -214,6 +234,11 @@ static void conn_reset(struct conn *c)
     in_flight -= gone;
     c->head = (c->head + gone) % c->cap;
     c->count = c->unsent;
+    if (c->ssl) {
+        SSL_free(c->ssl);   // no close_notify: the connection is dropped either way
+        c->ssl = NULL;
+    }
+    c->handshaking = 0;
     close(c->fd);
     conn_open(c);
 }
@@ -243,14 +268,55 @@ static void conn_push(struct conn *c, uint64_t intended, uint64_t late)
     in_flight++;
 }
 
-// Writes as many queued requests as the socket takes, gathered into one writev.
+static void update_out(struct conn *c, int want)
+{
+    if (want != c->want_out) {
+        c->want_out = want;
+        set_events(c, EPOLL_CTL_MOD);
+    }
+}
+
+// -S: one request per SSL_write (no partial writes: a write that must wait is repeated whole, as OpenSSL asks).
+static void conn_write_tls(struct conn *c)
+{
+    int want = 0;
+    while (c->unsent > 0 && !(close_each && c->requests_written > 0)) {
+        ERR_clear_error();
+        int w = SSL_write(c->ssl, request, (int)request_len);
+        if (w > 0) {
+            c->unsent--;
+            c->requests_written++;
+            st.sent++;
+            continue;
+        }
+        int err = SSL_get_error(c->ssl, w);
+        if (err == SSL_ERROR_WANT_WRITE) {
+            want = 1;
+            break;
+        }
+        if (err == SSL_ERROR_WANT_READ)
+            break;
+        st.err_write++;
+        conn_reset(c);
+        return;
+    }
+    update_out(c, want);
+}
+
+// Writes as many queued requests as the socket takes, gathered into one writev (-k: one request per connection).
 static void conn_write(struct conn *c)
 {
-    while (c->unsent > 0 && !c->connecting) {
+    if (c->connecting || c->handshaking)
+        return;
+    if (tls) {
+        conn_write_tls(c);
+        return;
+    }
+    while (c->unsent > 0 && !(close_each && c->requests_written > 0)) {
         struct iovec iov[64];
         int n = 0;
         size_t bytes = 0;
-        for (size_t i = 0; i < c->unsent && n < 64; i++, n++) {
+        for (size_t i = 0; i < c->unsent && n < (close_each ? 1 : 64); i++, n++) {
             size_t off = i == 0 ? c->written : 0;
             iov[n].iov_base = request + off;
             iov[n].iov_len = request_len - off;
@@ -269,16 +335,13 @@ static void conn_write(struct conn *c)
         size_t done = (size_t)w + c->written;
         size_t whole = done / request_len;
         c->unsent -= whole;
+        c->requests_written += (int)whole;
         c->written = done % request_len;
         st.sent += whole;
         if ((size_t)w < bytes)
             break;
     }
-    int want = c->unsent > 0 || c->connecting;
-    if (want != c->want_out) {
-        c->want_out = want;
-        set_events(c, EPOLL_CTL_MOD);
-    }
+    update_out(c, c->unsent > 0 && !(close_each && c->requests_written > 0));
 }
 
 static const char *find_crlfcrlf(const char *p, size_t n)
@@ -387,7 +450,8 @@ static int conn_parse(struct conn *c, uint64_t now)
             st.recorded++;
         }
         if (close_after) {
-            st.err_closed++;
+            if (!close_each)
+                st.err_closed++;   // -k asked for it; otherwise the server dropped a keep-alive connection
             reset = 1;
             break;
         }
@@ -412,6 +476,29 @@ static void conn_read(struct conn *c)
             c->rbuf = p;
             c->rcap = cap;
         }
+        if (tls) {
+            // Decrypted bytes OpenSSL holds are invisible to epoll: read until it wants the socket again.
+            ERR_clear_error();
+            int n = SSL_read(c->ssl, c->rbuf + c->rlen, (int)(c->rcap - c->rlen));
+            if (n > 0) {
+                c->rlen += (size_t)n;
+                if (conn_parse(c, now_ns()) != 0) {
+                    conn_reset(c);
+                    return;
+                }
+                continue;
+            }
+            int err = SSL_get_error(c->ssl, n);
+            if (err == SSL_ERROR_WANT_READ)
+                return;
+            if (err == SSL_ERROR_WANT_WRITE) {
+                update_out(c, 1);
+                return;
+            }
+            st.err_read++;   // EOF (close_notify or not) or an error while requests may be outstanding
+            conn_reset(c);
+            return;
+        }
         ssize_t n = read(c->fd, c->rbuf + c->rlen, c->rcap - c->rlen);
         if (n > 0) {
             c->rlen += (size_t)n;
@@ -433,6 +520,34 @@ static void conn_read(struct conn *c)
     }
 }
 
+// -S: drives the handshake on; 1 once it is done, 0 while it waits for the socket, -1 when it failed (reset).
+static int conn_handshake(struct conn *c)
+{
+    ERR_clear_error();
+    int r = SSL_do_handshake(c->ssl);
+    if (r == 1) {
+        c->handshaking = 0;
+        st.handshakes++;
+        if (SSL_session_reused(c->ssl))
+            st.resumed++;
+        update_out(c, c->unsent > 0);
+        return 1;
+    }
+    int err = SSL_get_error(c->ssl, r);
+    if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) {
+        update_out(c, err == SSL_ERROR_WANT_WRITE);
+        return 0;
+    }
+    st.err_tls++;
+    if (st.err_tls == 1) {
+        char text[256];
+        ERR_error_string_n(ERR_peek_error(), text, sizeof text);
+        fprintf(stderr, "loadgen: TLS handshake failed: %s\n", ERR_peek_error() ? text : strerror(errno));
+    }
+    conn_reset(c);
+    return -1;
+}
+
 static void conn_event(struct conn *c, uint32_t events)
 {
     if (c->connecting) {
@@ -449,6 +564,18 @@ static void conn_event(struct conn *c, uint32_t events)
         if (!(events & EPOLLOUT))
             return;
         c->connecting = 0;
+        if (tls) {
+            c->ssl = SSL_new(tls);
+            if (!c->ssl || SSL_set_fd(c->ssl, c->fd) != 1)
+                die("SSL_new failed");
+            SSL_set_connect_state(c->ssl);
+            c->handshaking = 1;
+        }
+    }
+    if (c->handshaking) {
+        if (conn_handshake(c) <= 0)
+            return;
+        events |= EPOLLIN;   // the server's first bytes may have come with the handshake's last flight
     }
     if (events & (EPOLLIN | EPOLLHUP | EPOLLERR))
         conn_read(c);
@@ -479,7 +606,10 @@ static void usage(void)
             "  -T SECONDS  how long to wait for outstanding answers at the end (default 2)\n"
             "  -H HEADER   extra request header, repeatable\n"
             "  -s FILE     also write each measured request as \"INTENDED_NS LATENCY_NS LAG_NS\" (CLOCK_MONOTONIC)\n"
-            "  -m          mark the measured window on stderr: \"loadgen: window start|end NS\" (CLOCK_MONOTONIC)\n");
+            "  -m          mark the measured window on stderr: \"loadgen: window start|end NS\" (CLOCK_MONOTONIC)\n"
+            "  -S          HTTPS: TLS without session resumption (every connection a full handshake), ALPN http/1.1\n"
+            "  -k          a new connection for every request (Connection: close)\n"
+            "  -C          closed loop: each connection sends its next request when its last is answered (no -r)\n");
     exit(2);
 }
 
@@ -491,10 +621,10 @@ static void print_us(const char *name, uint64_t ns, int last)
 int main(int argc, char **argv)
 {
     const char *address = "127.0.0.1", *path = "/json", *samples_path = NULL;
-    int port = -1, connections = 256, opt, mark_window = 0;
+    int port = -1, connections = 256, opt, mark_window = 0, use_tls = 0;
     double rate = 0, duration = 5, warmup = 1, drain = 2;
     char headers[4096] = "";
-    while ((opt = getopt(argc, argv, "a:p:P:c:r:d:w:T:H:s:mh")) != -1) {
+    while ((opt = getopt(argc, argv, "a:p:P:c:r:d:w:T:H:s:mSkCh")) != -1) {
         switch (opt) {
         case 'a': address = optarg; break;
         case 'p': port = atoi(optarg); break;
@@ -512,17 +642,21 @@ int main(int argc, char **argv)
             break;
         case 's': samples_path = optarg; break;
         case 'm': mark_window = 1; break;
+        case 'S': use_tls = 1; break;
+        case 'k': close_each = 1; break;
+        case 'C': closed_loop = 1; break;
         default: usage();
         }
     }
-    if (port <= 0 || port > 65535 || rate <= 0 || connections < 1 || duration <= 0 || warmup < 0
+    if (port <= 0 || port > 65535 || (rate <= 0 && !closed_loop) || connections < 1 || duration <= 0 || warmup < 0
         || drain < 0 || optind != argc)
         usage();
 
     char host[128];
     if (parse_target(address, port, &target, &target_len, host, sizeof host) != 0)
         die("not a numeric address: %s", address);
-    if (asprintf(&request, "GET %s HTTP/1.1\r\nHost: %s\r\n%s\r\n", path, host, headers) < 0)
+    if (asprintf(&request, "GET %s HTTP/1.1\r\nHost: %s\r\n%s%s\r\n", path, host, headers,
+                 close_each ? "Connection: close\r\n" : "") < 0)
         die("out of memory");
     request_len = strlen(request);
     FILE *samples_file = NULL;
@@ -533,6 +667,18 @@ int main(int argc, char **argv)
         keep_samples = 1;
     }
 
+    if (use_tls) {
+        tls = SSL_CTX_new(TLS_client_method());
+        if (!tls)
+            die("SSL_CTX_new failed");
+        SSL_CTX_set_verify(tls, SSL_VERIFY_NONE, NULL);
+        // No session is kept or offered again, so no handshake is an abbreviated one.
+        SSL_CTX_set_session_cache_mode(tls, SSL_SESS_CACHE_OFF);
+        SSL_CTX_set_options(tls, SSL_OP_NO_TICKET);
+        static const unsigned char alpn[] = "\x08http/1.1";
+        if (SSL_CTX_set_alpn_protos(tls, alpn, sizeof alpn - 1) != 0)
+            die("SSL_CTX_set_alpn_protos failed");
+    }
     signal(SIGPIPE, SIG_IGN);
     prctl(PR_SET_TIMERSLACK, 1UL);   // the default 50 us slack would delay every scheduled send
     epoll_fd = epoll_create1(EPOLL_CLOEXEC);
@@ -552,7 +698,7 @@ int main(int argc, char **argv)
     for (;;) {
         int pending = 0;
         for (int i = 0; i < connections; i++)
-            pending += conns[i].connecting;
+            pending += conns[i].connecting || conns[i].handshaking;
         if (pending == 0)
             break;
         uint64_t now = now_ns();
@@ -563,7 +709,7 @@ int main(int argc, char **argv)
             conn_event(events[i].data.ptr, events[i].events);
     }
 
-    const double interval = 1e9 / rate;
+    const double interval = closed_loop ? 0 : 1e9 / rate;
     const uint64_t t0 = now_ns();
     measure_from = t0 + (uint64_t)(warmup * 1e9);
     const uint64_t send_until = measure_from + (uint64_t)(duration * 1e9);
@@ -579,7 +725,17 @@ int main(int argc, char **argv)
             marked++;
             continue;   // the end may be due in the same turn
         }
-        for (;;) {
+        if (closed_loop && now < send_until) {
+            // Each connection's next request goes out as soon as its last was answered (or it reconnected).
+            for (int i = 0; i < connections; i++) {
+                struct conn *c = &conns[i];
+                if (c->count == 0) {
+                    conn_push(c, now, 0);
+                    conn_write(c);
+                }
+            }
+        }
+        for (; !closed_loop;) {
             uint64_t due = t0 + (uint64_t)((double)next * interval);
             if (due > now || due >= send_until)
                 break;
@@ -593,7 +749,7 @@ int main(int argc, char **argv)
         now = now_ns();
         if (now >= send_until && (in_flight == 0 || now >= drain_until))
             break;
-        uint64_t due = t0 + (uint64_t)((double)next * interval);
+        uint64_t due = closed_loop ? send_until : t0 + (uint64_t)((double)next * interval);
         uint64_t wake = due < send_until ? due : drain_until;
         if (mark_window && marked < 2) {   // wake for the next edge, not only for the next request
             uint64_t edge = marked == 0 ? measure_from : send_until;
@@ -629,11 +785,18 @@ int main(int argc, char **argv)
            (unsigned long long)st.recorded, (unsigned long long)st.window_completed,
            (double)st.recorded / duration);
     printf("\"errors\": {\"connect\": %llu, \"read\": %llu, \"write\": %llu, \"status\": %llu, "
-           "\"parse\": %llu, \"closed\": %llu, \"lost\": %llu, \"incomplete\": %llu}, ",
+           "\"parse\": %llu, \"closed\": %llu, \"lost\": %llu, \"incomplete\": %llu",
            (unsigned long long)st.err_connect, (unsigned long long)st.err_read,
            (unsigned long long)st.err_write, (unsigned long long)st.err_status,
            (unsigned long long)st.err_parse, (unsigned long long)st.err_closed,
            (unsigned long long)st.lost, (unsigned long long)st.incomplete);
+    if (tls)   // a failed handshake is an error of the run
+        printf(", \"tls\": %llu", (unsigned long long)st.err_tls);
+    printf("}, ");
+    printf("\"connections_opened\": %llu, \"tls\": %s, \"handshakes\": %llu, \"resumed\": %llu, "
+           "\"close_each\": %s, \"closed_loop\": %s, ",
+           (unsigned long long)st.opened, tls ? "true" : "false", (unsigned long long)st.handshakes,
+           (unsigned long long)st.resumed, close_each ? "true" : "false", closed_loop ? "true" : "false");
     printf("\"latency_us\": {");
     print_us("min", latency.min, 0);
     print_us("p50", hist_percentile(&latency, 50), 0);
