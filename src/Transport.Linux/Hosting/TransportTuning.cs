@@ -62,6 +62,15 @@ internal sealed class TransportTuning
     /// </summary>
     public int AdaptiveCalmIntervalMilliseconds { get; set; } = 8;
 
+    /// <summary>
+    /// The longest an idle loop polls before it sleeps (microseconds, 0..1000; 0: it never polls): the cap of the
+    /// window <see cref="Loop.IdlePoll"/> grows and shrinks by whether polls find work.
+    /// </summary>
+    public int IdlePollMaxMicroseconds { get; set; }
+
+    /// <summary>The most time an idle loop spends polling, in percent of the time it spends working (1..1000).</summary>
+    public int IdlePollBudgetPercent { get; set; } = 50;
+
     /// <summary>Adaptive scheduling: how long a standby thread waits for a loop to take over before it exits (milliseconds).</summary>
     public int StandbyRetireMilliseconds { get; set; } = 20_000;
 
@@ -104,6 +113,8 @@ internal sealed class TransportTuning
                 nameof(AdaptiveRunningThresholdMicroseconds) => SetInt(value, v => AdaptiveRunningThresholdMicroseconds = v),
                 nameof(StandbyRetireMilliseconds) => SetInt(value, v => StandbyRetireMilliseconds = v),
                 nameof(LoopThreadLimit) => SetInt(value, v => LoopThreadLimit = v),
+                nameof(IdlePollMaxMicroseconds) => SetInt(value, v => IdlePollMaxMicroseconds = v),
+                nameof(IdlePollBudgetPercent) => SetInt(value, v => IdlePollBudgetPercent = v),
                 _ => $"unknown tuning switch '{name}'; known: {string.Join(", ", Names)}.",
             };
 
@@ -123,6 +134,7 @@ internal sealed class TransportTuning
         nameof(SchedBatchLoops), nameof(TcpQuickAck), nameof(TcpNotSentLowAtBytes), nameof(UseNativeEngine),
         nameof(ZeroCopyWhenKernelCopies), nameof(AdaptiveThresholdMicroseconds), nameof(AdaptiveRunningThresholdMicroseconds), nameof(AdaptiveIntervalMilliseconds),
         nameof(AdaptiveCalmIntervalMilliseconds), nameof(StandbyRetireMilliseconds), nameof(LoopThreadLimit),
+        nameof(IdlePollMaxMicroseconds), nameof(IdlePollBudgetPercent),
     ];
 
     internal IEnumerable<string> Validate()
@@ -155,6 +167,11 @@ internal sealed class TransportTuning
         if (StandbyRetireMilliseconds < 1 || LoopThreadLimit < 0)
         {
             yield return $"{nameof(TransportTuning)}.{nameof(StandbyRetireMilliseconds)} must be positive and {nameof(LoopThreadLimit)} non-negative.";
+        }
+
+        if (IdlePollMaxMicroseconds is < 0 or > 1000 || IdlePollBudgetPercent is < 1 or > 1000)
+        {
+            yield return $"{nameof(TransportTuning)}.{nameof(IdlePollMaxMicroseconds)} must be between 0 and 1000, and {nameof(IdlePollBudgetPercent)} between 1 and 1000.";
         }
 
         if (TcpNotSentLowAtBytes < 0)

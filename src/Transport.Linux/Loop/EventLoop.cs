@@ -47,8 +47,8 @@ internal sealed class EventLoop : PipeScheduler
     private readonly LoopConnections _connections;
     private readonly PassBatches _batches;
 
-    /// <summary><see cref="LinuxTransportOptions.SpinBeforeSleepMicroseconds"/> in <see cref="Stopwatch"/> ticks (0: off).</summary>
-    private readonly long _spinTicks;
+    /// <summary>How the loop waits when it has nothing to do: a poll first, while polls pay.</summary>
+    private readonly IdlePoll _idle;
 
     private bool _exited;
     private bool _engineStarted;
@@ -85,7 +85,7 @@ internal sealed class EventLoop : PipeScheduler
         _acceptor = new Acceptor(this, SocketOptions);
         _connections = new LoopConnections(this);
         _batches = new PassBatches(Engine, metrics, deferSends: options.Tuning.DeferSend);
-        _spinTicks = options.SpinBeforeSleepMicroseconds * Stopwatch.Frequency / 1_000_000;
+        _idle = new IdlePoll(Engine, options, () => !_workQueue.IsEmpty || HasContinuations);
 
         _dispatchQueue = options.ApplicationSchedulingMode == ApplicationSchedulingMode.Inline ? null : new ThreadPoolDispatchQueue(this, _wakeup);
         ApplicationScheduler = (PipeScheduler?)_dispatchQueue ?? Inline;
@@ -371,7 +371,7 @@ internal sealed class EventLoop : PipeScheduler
                     }
                 }
 
-                int count = timeout != 0 && _spinTicks > 0 && !polling ? SpinThenWait(timeout) : Engine.Wait(timeout);
+                int count = timeout != 0 && !polling ? _idle.Wait(timeout) : Engine.Wait(timeout);
                 _wakeup.ExitWait();
                 long passStarted = Stopwatch.GetTimestamp();
                 Volatile.Write(ref _passStarted, passStarted);
@@ -468,28 +468,6 @@ internal sealed class EventLoop : PipeScheduler
         {
             TransportLog.LongPass(Logger, Index, Stopwatch.GetElapsedTime(started, now).TotalMilliseconds, Options.ApplicationSchedulingMode, skipped);
         }
-    }
-
-    /// <summary>
-    /// <see cref="LinuxTransportOptions.SpinBeforeSleepMicroseconds"/>: polls without blocking until something
-    /// is ready, work is posted, or the spin's time is up, and only then waits. The loop already said it may
-    /// sleep, so a thread that posts work meanwhile also signals the engine, which the next poll sees: nothing
-    /// posted during the spin can be missed.
-    /// </summary>
-    private int SpinThenWait(int timeout)
-    {
-        long end = Stopwatch.GetTimestamp() + _spinTicks;
-        do
-        {
-            int count = Engine.Wait(0);
-            if (count != 0 || !_workQueue.IsEmpty || HasContinuations)
-            {
-                return count;
-            }
-        }
-        while (Stopwatch.GetTimestamp() < end);
-
-        return Engine.Wait(timeout);
     }
 
     private int ComputeTimeout(out bool polling)
