@@ -253,7 +253,7 @@ if (( ! quick )); then
         cat > "$DOTNET11_RUNSETTINGS" << XML
 <?xml version="1.0" encoding="utf-8"?>
 <!-- Written by test.sh: runs a net10.0 test project's test host (and, through DOTNET_HOST_PATH, the TechEmpower sample)
-     on the .NET 11 runtime laid out by tests/dotnet11/layout.sh. Use it by hand with dotnet test - -settings THIS_FILE. -->
+     on the .NET 11 runtime laid out by tests/dotnet11/layout.sh. By hand: dotnet test PROJECT -c Release -s THIS_FILE. -->
 <RunSettings>
   <RunConfiguration>
     <DotNetHostPath>$dotnet11_root/dotnet</DotNetHostPath>
@@ -266,15 +266,17 @@ if (( ! quick )); then
   </RunConfiguration>
 </RunSettings>
 XML
-    elif [[ "${CI:-}" == "true" ]]; then
-        cat "$layout_log"
-        echo "test.sh: CI=true, and tests/dotnet11/layout.sh could not lay out the .NET 11 runtime (above)."
-        dotnet11_root=""
-        failed=$((failed + 1))
-        record_failure ".NET 11 runs (tests/dotnet11/layout.sh failed: $(tail -n 1 "$layout_log"))"
     else
-        echo "test.sh: SKIPPED the .NET 11 runs: tests/dotnet11/layout.sh could not lay out the 11.0.0 runtime from NuGet ($(tail -n 1 "$layout_log"); log: $layout_log)."
         dotnet11_root=""
+        reason="$(grep -m 1 -E 'error|: only' "$layout_log" || tail -n 1 "$layout_log")"
+        if [[ "${CI:-}" == "true" ]]; then
+            cat "$layout_log"
+            echo "test.sh: CI=true, and tests/dotnet11/layout.sh could not lay out the .NET 11 runtime (above)."
+            failed=$((failed + 1))
+            record_failure ".NET 11 runs (tests/dotnet11/layout.sh failed: $reason)"
+        else
+            echo "test.sh: SKIPPED the .NET 11 runs: tests/dotnet11/layout.sh could not lay out the 11.0.0 runtime ($reason; log: $layout_log)."
+        fi
     fi
 fi
 if [[ -n "$dotnet11_root" ]]; then

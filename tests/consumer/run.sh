@@ -388,6 +388,6 @@ elif [[ "${CI:-}" == "true" ]]; then
     cat "$DOTNET11_LOG" >&2
     fail "CI=true, and tests/dotnet11/layout.sh could not lay out the .NET 11 runtime (above)."
 else
-    log "SKIPPED the .NET 11 run: tests/dotnet11/layout.sh could not lay out the 11.0.0 runtime from NuGet ($(tail -n 1 "$DOTNET11_LOG"))."
+    log "SKIPPED the .NET 11 run: tests/dotnet11/layout.sh could not lay out the 11.0.0 runtime ($(grep -m 1 -E 'error|: only' "$DOTNET11_LOG" || tail -n 1 "$DOTNET11_LOG"))."
 fi
 log "1 passed, 0 failed"
