@@ -99,15 +99,12 @@ run_ctest() {
 # Runs one xunit project with dotnet test --no-build and counts its results from the .trx.
 # $1: the project; $2: the results' name (the .trx and the summary's label); rest: more dotnet test arguments.
 run_xunit() {
-    local project="$1" name="$2" trx="$RESULTS_DIR/$2.trx" test_ok project_passed=0 project_failed=0 counters runtime
+    local project="$1" name="$2" trx="$RESULTS_DIR/$2.trx" log="$RESULTS_DIR/$2.log" status=0 project_passed=0 project_failed=0
+    local counters runtime aborted
     shift 2
     rm -f "$trx"
-    if timeout --kill-after=30s 30m dotnet test "$project" -c Release --no-build \
-        --results-directory "$RESULTS_DIR" --logger "trx;LogFileName=$name.trx" "$@"; then
-        test_ok=1
-    else
-        test_ok=0
-    fi
+    timeout --kill-after=30s 30m dotnet test "$project" -c Release --no-build \
+        --results-directory "$RESULTS_DIR" --logger "trx;LogFileName=$name.trx" "$@" 2>&1 | tee "$log" || status=$?
 
     if [[ -f "$trx" ]]; then
         counters="$(grep -o '<Counters [^>]*>' "$trx" | head -n 1)"
@@ -157,10 +154,19 @@ for result in ET.parse(sys.argv[1]).getroot().iterfind(".//t:UnitTestResult[@out
     print(result.get("testName"), "--", text + (f" [{frame[-200:]}]" if frame else ""))
 PY
 )
-    elif (( test_ok == 0 )); then
-        # A crash, hang or build problem with no failed test to show for it.
+    fi
+    # A test host that crashed (say out of memory) leaves the tests after the crash unrun and unreported, failed
+    # ones or not: that is a failure of its own. So is a hang, and a build problem with no failed test to show.
+    aborted="$(grep -m 1 -E 'The active test run was aborted|Test Run Aborted' "$log" || true)"
+    if [[ -n "$aborted" ]]; then
         failed=$((failed + 1))
-        record_failure "$name (dotnet test exited non-zero)"
+        record_failure "$name (the run was aborted, so tests after that point did not run: $aborted)"
+    elif (( status == 124 || status == 137 )); then
+        failed=$((failed + 1))
+        record_failure "$name (dotnet test did not finish within 30 minutes)"
+    elif (( status != 0 && project_failed == 0 )); then
+        failed=$((failed + 1))
+        record_failure "$name (dotnet test exited with $status)"
     fi
 }
 
