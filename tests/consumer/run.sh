@@ -2,7 +2,7 @@
 # Package consumer check: packs Kestrel.Transport.Linux, checks what the .nupkg and .snupkg hold, then
 # builds and runs a minimal web app OUTSIDE the repository that takes the package from
 # artifacts/packages, and proves its requests are served by the Linux transport (epoll fds and one
-# SO_REUSEPORT listener per loop thread).
+# SO_REUSEPORT listener per loop thread), on .NET 10 and then on the .NET 11 runtime (tests/dotnet11/layout.sh).
 #
 # The pack is a release pack (both RIDs' native assets, each with io_uring, or the pack fails: see
 # src/Native/Native.targets) wherever the machine can make one: with the aarch64 cross compiler on PATH,
@@ -266,7 +266,7 @@ APP_DLL="$APP_DIR/bin/Release/net10.0/Consumer.dll"
 [[ -f "$(dirname "$APP_DLL")/runtimes/linux-x64/native/libktl_native.so" ]] \
     || fail "the build output lacks runtimes/linux-x64/native/libktl_native.so."
 
-# ---- 4. run it -----------------------------------------------------------------------------------
+# ---- 4. run it, on .NET 10 and then on .NET 11 ---------------------------------------------------
 listeners_on() { ss -Hltnp "sport = :$1" 2> /dev/null || true; }
 
 pick_port() {
@@ -281,74 +281,113 @@ pick_port() {
     return 1
 }
 
-PORT="$(pick_port)" || fail "found no free port."
-URL="http://127.0.0.1:$PORT"
-log "starting the app on $URL with Kestrel__LinuxTransport__ThreadCount=$THREADS"
-ASPNETCORE_URLS="$URL" \
-ASPNETCORE_ENVIRONMENT=Production \
-Kestrel__LinuxTransport__ThreadCount="$THREADS" \
-    dotnet "$APP_DLL" > "$APP_LOG" 2>&1 < /dev/null &
-APP_PID=$!
+# The directory Kestrel.Core is mapped from in process $1, as the kernel names it.
+kestrel_core_of() {
+    awk '$6 ~ /\/Microsoft\.AspNetCore\.Server\.Kestrel\.Core\.dll$/ { print $6; exit }' "/proc/$1/maps" 2> /dev/null | xargs -r dirname
+}
 
-body=""
-deadline=$((SECONDS + START_TIMEOUT))
-while (( SECONDS < deadline )); do
-    kill -0 "$APP_PID" 2> /dev/null || fail "the app exited before answering."
-    if body="$(curl -sS --max-time 5 "$URL/" 2> /dev/null)"; then
-        break
-    fi
+# Starts the app with the command given ($@, the app's path last), proves that the Linux transport serves it, and
+# stops it. $RUNTIME names the run in the log.
+serve_and_check() {
+    local port url body deadline epolls fd listeners count serving app_status
+    port="$(pick_port)" || fail "found no free port."
+    url="http://127.0.0.1:$port"
+    : > "$APP_LOG"
+    log "$RUNTIME: starting the app on $url with Kestrel__LinuxTransport__ThreadCount=$THREADS"
+    ASPNETCORE_URLS="$url" \
+    ASPNETCORE_ENVIRONMENT=Production \
+    Kestrel__LinuxTransport__ThreadCount="$THREADS" \
+        "$@" > "$APP_LOG" 2>&1 < /dev/null &
+    APP_PID=$!
+
     body=""
-    sleep 0.5
-done
-[[ -n "$body" ]] || fail "no answer from $URL within ${START_TIMEOUT}s."
-[[ "$body" == "consumer ok" ]] || fail "unexpected body from $URL/: '$body'."
-log "GET $URL/ -> '$body'"
+    deadline=$((SECONDS + START_TIMEOUT))
+    while (( SECONDS < deadline )); do
+        kill -0 "$APP_PID" 2> /dev/null || fail "$RUNTIME: the app exited before answering."
+        if body="$(curl -sS --max-time 5 "$url/" 2> /dev/null)"; then
+            break
+        fi
+        body=""
+        sleep 0.5
+    done
+    [[ -n "$body" ]] || fail "$RUNTIME: no answer from $url within ${START_TIMEOUT}s."
+    [[ "$body" == "consumer ok" ]] || fail "$RUNTIME: unexpected body from $url/: '$body'."
+    log "$RUNTIME: GET $url/ -> '$body'"
 
-# A few more requests on fresh connections, so more than one loop has had a chance to serve one.
-for _ in 1 2 3 4 5 6; do
-    body="$(curl -sS --max-time 5 "$URL/")" || fail "a later request to $URL/ failed."
-    [[ "$body" == "consumer ok" ]] || fail "unexpected body from a later request: '$body'."
-done
+    # A few more requests on fresh connections, so more than one loop has had a chance to serve one.
+    for _ in 1 2 3 4 5 6; do
+        body="$(curl -sS --max-time 5 "$url/")" || fail "$RUNTIME: a later request to $url/ failed."
+        [[ "$body" == "consumer ok" ]] || fail "$RUNTIME: unexpected body from a later request: '$body'."
+    done
 
-# ---- 5. prove the Linux transport served it ------------------------------------------------------
-# Every loop thread owns an epoll instance ...
-epolls=0
-for fd in /proc/"$APP_PID"/fd/*; do
-    if [[ "$(readlink "$fd" 2> /dev/null || true)" == "anon_inode:[eventpoll]" ]]; then
-        epolls=$((epolls + 1))
+    # ---- 5. prove the Linux transport served it ----------------------------------------------------
+    # Every loop thread owns an epoll instance ...
+    epolls=0
+    for fd in /proc/"$APP_PID"/fd/*; do
+        if [[ "$(readlink "$fd" 2> /dev/null || true)" == "anon_inode:[eventpoll]" ]]; then
+            epolls=$((epolls + 1))
+        fi
+    done
+    (( epolls >= THREADS )) || fail "$RUNTIME: the app has $epolls epoll fds; a Linux transport with $THREADS threads has at least $THREADS."
+    log "$RUNTIME: the app holds $epolls epoll fds (>= $THREADS loop threads)"
+
+    # ... and its own SO_REUSEPORT listener per endpoint. The Sockets transport would show exactly one.
+    listeners="$(listeners_on "$port")"
+    count="$(grep -c "pid=$APP_PID," <<< "$listeners" || true)"
+    if [[ "$count" -ne "$THREADS" ]]; then
+        fail "$RUNTIME: expected $THREADS listening sockets on port $port owned by pid $APP_PID, found $count:"$'\n'"$listeners"
     fi
-done
-(( epolls >= THREADS )) || fail "the app has $epolls epoll fds; a Linux transport with $THREADS threads has at least $THREADS."
-log "the app holds $epolls epoll fds (>= $THREADS loop threads)"
+    log "$RUNTIME: port $port has $count listening sockets owned by the app (one per loop thread)"
 
-# ... and its own SO_REUSEPORT listener per endpoint. The Sockets transport would show exactly one.
-listeners="$(listeners_on "$PORT")"
-count="$(grep -c "pid=$APP_PID," <<< "$listeners" || true)"
-if [[ "$count" -ne "$THREADS" ]]; then
-    fail "expected $THREADS listening sockets on port $PORT owned by pid $APP_PID, found $count:"$'\n'"$listeners"
-fi
-log "port $PORT has $count listening sockets owned by the app (one per loop thread)"
+    # ... and says so at the default log level, in one line naming the endpoint, the loops and the engine.
+    serving="Kestrel.Transport.Linux is serving 127.0.0.1:$port on $THREADS event loops: epoll, native engine, ThreadPool scheduling."
+    grep -Fq "$serving" "$APP_LOG" || fail "$RUNTIME: the app's log lacks the start-up line '$serving'."
+    log "$RUNTIME: the app logged '$serving'"
 
-# ... and says so at the default log level, in one line naming the endpoint, the loops and the engine.
-serving="Kestrel.Transport.Linux is serving 127.0.0.1:$PORT on $THREADS event loops: epoll, native engine, ThreadPool scheduling."
-grep -Fq "$serving" "$APP_LOG" || fail "the app's log lacks the start-up line '$serving'."
-log "the app logged '$serving'"
+    # Which ASP.NET Core served it: the caller checks this against the runtime it asked for.
+    APP_KESTREL="$(kestrel_core_of "$APP_PID")"
+    [[ -n "$APP_KESTREL" ]] || fail "$RUNTIME: the app's /proc/$APP_PID/maps shows no Microsoft.AspNetCore.Server.Kestrel.Core.dll."
+    log "$RUNTIME: the app maps Kestrel.Core from $APP_KESTREL"
 
-# ---- 6. stop it ----------------------------------------------------------------------------------
-kill -TERM "$APP_PID"
-deadline=$((SECONDS + STOP_TIMEOUT))
-while kill -0 "$APP_PID" 2> /dev/null && (( SECONDS < deadline )); do
-    sleep 0.2
-done
-if kill -0 "$APP_PID" 2> /dev/null; then
-    fail "the app did not exit within ${STOP_TIMEOUT}s of SIGTERM."
+    # ---- 6. stop it --------------------------------------------------------------------------------
+    kill -TERM "$APP_PID"
+    deadline=$((SECONDS + STOP_TIMEOUT))
+    while kill -0 "$APP_PID" 2> /dev/null && (( SECONDS < deadline )); do
+        sleep 0.2
+    done
+    if kill -0 "$APP_PID" 2> /dev/null; then
+        fail "$RUNTIME: the app did not exit within ${STOP_TIMEOUT}s of SIGTERM."
+    fi
+    app_status=0
+    wait "$APP_PID" || app_status=$?
+    APP_PID=""
+    [[ $app_status -eq 0 ]] || fail "$RUNTIME: the app exited with status $app_status after SIGTERM."
+    if grep -Eq "Unhandled exception|^fail: " "$APP_LOG"; then
+        fail "$RUNTIME: the app logged an error."
+    fi
+    log "$RUNTIME: the app stopped cleanly on SIGTERM"
+}
+
+RUNTIME=".NET 10"
+serve_and_check dotnet "$APP_DLL"
+[[ "$APP_KESTREL" == */shared/Microsoft.AspNetCore.App/10.* ]] || fail ".NET 10: Kestrel.Core came from $APP_KESTREL, not from an ASP.NET Core 10."
+
+# ---- 7. the same build on .NET 11 ----------------------------------------------------------------
+# Teams will run this net10.0 package under ASP.NET Core 11. tests/dotnet11/layout.sh lays out the 11.0.0 shared
+# runtime from NuGet's runtime packs; with it as DOTNET_ROOT and DOTNET_ROLL_FORWARD=LatestMajor the same Consumer.dll
+# runs there, and its /proc/PID/maps must show Kestrel.Core from the layout's Microsoft.AspNetCore.App/11.0.0. Without
+# the packs (no NuGet) this is skipped with a line saying so, except under CI=true, where it fails.
+DOTNET11_LOG="$WORK_DIR/dotnet11-layout.log"
+if DOTNET11_ROOT="$(timeout 15m "$REPO_ROOT/tests/dotnet11/layout.sh" 2> "$DOTNET11_LOG")"; then
+    RUNTIME=".NET 11"
+    DOTNET_ROOT="$DOTNET11_ROOT" DOTNET_ROLL_FORWARD=LatestMajor serve_and_check "$DOTNET11_ROOT/dotnet" "$APP_DLL"
+    [[ "$APP_KESTREL" == "$(readlink -f "$DOTNET11_ROOT")/shared/Microsoft.AspNetCore.App/11.0.0" ]] \
+        || fail ".NET 11: Kestrel.Core came from $APP_KESTREL, not from $DOTNET11_ROOT/shared/Microsoft.AspNetCore.App/11.0.0."
+    log ".NET 11: the app ran on ASP.NET Core 11.0.0 from the layout"
+elif [[ "${CI:-}" == "true" ]]; then
+    cat "$DOTNET11_LOG" >&2
+    fail "CI=true, and tests/dotnet11/layout.sh could not lay out the .NET 11 runtime (above)."
+else
+    log "SKIPPED the .NET 11 run: tests/dotnet11/layout.sh could not lay out the 11.0.0 runtime ($(grep -m 1 -E 'error|: only' "$DOTNET11_LOG" || tail -n 1 "$DOTNET11_LOG"))."
 fi
-app_status=0
-wait "$APP_PID" || app_status=$?
-APP_PID=""
-[[ $app_status -eq 0 ]] || fail "the app exited with status $app_status after SIGTERM."
-if grep -Eq "Unhandled exception|^fail: " "$APP_LOG"; then
-    fail "the app logged an error."
-fi
-log "the app stopped cleanly on SIGTERM"
 log "1 passed, 0 failed"

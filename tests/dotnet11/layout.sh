@@ -7,6 +7,8 @@
 #   DOTNET_ROOT="$root" DOTNET_ROLL_FORWARD=LatestMajor "$root/dotnet" app.dll
 # A folder that holds only 11.0.0 leaves the host nothing else to roll forward to, so a run that starts is a
 # run on .NET 11 (check with "$root/dotnet" --list-runtimes, or Kestrel.Core's path in /proc/PID/maps).
+# test.sh runs the test suites on it through vstest's RunConfiguration.DotNetHostPath, in the runsettings file it
+# writes beside this layout (artifacts/dotnet11/dotnet11.runsettings); tests/consumer/run.sh runs its app on it.
 #
 # Idempotent: a finished layout (its .complete marker) is reused. Output: artifacts/dotnet11/root, or $1.
 # Needs only the .NET SDK (the packs come through the repository's NuGet.config).

@@ -1,3 +1,5 @@
+using System.Reflection;
+using Kestrel.Transport.Linux.Engines;
 using Kestrel.Transport.Linux.Hosting;
 using Kestrel.Transport.Linux.Interop;
 using Microsoft.AspNetCore.Connections;
@@ -81,31 +83,51 @@ public static class Transports
     /// <summary>The loop count for the Linux runs: more than one, so that SO_REUSEPORT spreading is always exercised.</summary>
     public const int LinuxThreadCount = 2;
 
+    /// <summary>
+    /// The environment variable that limits the kinds below (<see cref="ConnectionLevel"/>, <see cref="HostLevel"/>,
+    /// <see cref="AllowBlocking"/>, <see cref="LinuxOnly"/>): a comma-separated list of kind names, where <c>Default</c>
+    /// stands for <see cref="DefaultKind"/>. Unset, every kind runs. test.sh sets it for its quick run and its .NET 11 run.
+    /// </summary>
+    public const string SelectionVariable = "KTL_TEST_TRANSPORTS";
+
+    private static readonly Lazy<TransportKind> s_defaultKind = new(FindDefaultKind);
+    private static readonly Lazy<HashSet<TransportKind>?> s_selected = new(() => ParseSelection(Environment.GetEnvironmentVariable(SelectionVariable)));
+
     /// <summary>Transport-level tests: the test drives the pipes itself, so Inline scheduling adds nothing there.</summary>
-    public static TheoryData<TransportKind> ConnectionLevel =>
-        new()
-        {
-            TransportKind.Sockets, TransportKind.LinuxNative, TransportKind.LinuxManaged, TransportKind.LinuxAio, TransportKind.LinuxZeroCopy,
-            TransportKind.LinuxIoUring, TransportKind.LinuxIoUringZeroCopy, TransportKind.LinuxAdaptive,
-        };
+    public static TheoryData<TransportKind> ConnectionLevel => Select(
+        TransportKind.Sockets, TransportKind.LinuxNative, TransportKind.LinuxManaged, TransportKind.LinuxAio, TransportKind.LinuxZeroCopy,
+        TransportKind.LinuxIoUring, TransportKind.LinuxIoUringZeroCopy, TransportKind.LinuxAdaptive);
 
     /// <summary>Host-level tests: every kind, Inline included.</summary>
-    public static TheoryData<TransportKind> HostLevel =>
-        new()
-        {
-            TransportKind.Sockets, TransportKind.LinuxNative, TransportKind.LinuxManaged, TransportKind.LinuxInline,
-            TransportKind.LinuxInlineSpin, TransportKind.LinuxAio, TransportKind.LinuxImmediateSend, TransportKind.LinuxZeroCopy,
-            TransportKind.LinuxIoUring, TransportKind.LinuxIoUringInline, TransportKind.LinuxIoUringZeroCopy,
-            TransportKind.LinuxAdaptive, TransportKind.LinuxIoUringAdaptive,
-        };
+    public static TheoryData<TransportKind> HostLevel => Select(HostLevelKinds);
 
     /// <summary>Host-level kinds whose apps may block a thread: all but the Inline ones, whose contract is that they never do.</summary>
-    public static TheoryData<TransportKind> AllowBlocking =>
-        new(((IEnumerable<object[]>)HostLevel).Select(row => (TransportKind)row[0]).Where(kind => !kind.IsInline()));
+    public static TheoryData<TransportKind> AllowBlocking => Select(HostLevelKinds.Where(kind => !kind.IsInline()).ToArray());
 
     /// <summary>For behaviour only the Linux transport has (its own options).</summary>
-    public static TheoryData<TransportKind> LinuxOnly =>
-        new() { TransportKind.LinuxNative, TransportKind.LinuxManaged };
+    public static TheoryData<TransportKind> LinuxOnly => Select(TransportKind.LinuxNative, TransportKind.LinuxManaged);
+
+    /// <summary>
+    /// The kind that is the transport's default configuration: the one whose <see cref="Configure"/> leaves every option of a
+    /// new <see cref="LinuxTransportOptions"/> (and of its tuning) as it is, but the loop count. It follows the defaults, so a
+    /// change of default scheduling mode or engine moves it without an edit here.
+    /// </summary>
+    public static TransportKind DefaultKind => s_defaultKind.Value;
+
+    /// <summary>What <see cref="SelectionVariable"/> selects, in words, for the suite's log.</summary>
+    public static string SelectionDescription => s_selected.Value is { } selected
+        ? $"{SelectionVariable}={Environment.GetEnvironmentVariable(SelectionVariable)}: the shared theory data runs " +
+          string.Join(", ", selected.Order().Select(kind => kind == DefaultKind ? $"{kind} (the default configuration)" : kind.ToString())) +
+          " (a theory that has none of them keeps all of its kinds)"
+        : $"{SelectionVariable} unset: every kind runs (the default configuration is {DefaultKind})";
+
+    private static TransportKind[] HostLevelKinds =>
+    [
+        TransportKind.Sockets, TransportKind.LinuxNative, TransportKind.LinuxManaged, TransportKind.LinuxInline,
+        TransportKind.LinuxInlineSpin, TransportKind.LinuxAio, TransportKind.LinuxImmediateSend, TransportKind.LinuxZeroCopy,
+        TransportKind.LinuxIoUring, TransportKind.LinuxIoUringInline, TransportKind.LinuxIoUringZeroCopy,
+        TransportKind.LinuxAdaptive, TransportKind.LinuxIoUringAdaptive,
+    ];
 
     public static bool IsLinux(this TransportKind kind) => kind != TransportKind.Sockets;
 
@@ -192,5 +214,78 @@ public static class Transports
             // Without SENDMSG_ZC (Linux 6.2) the kind would only repeat LinuxZeroCopy's sendmsg(MSG_ZEROCOPY).
             Assert.Equal(kind == TransportKind.LinuxIoUringZeroCopy, kind.SendsZeroCopy() && loop.Engine.SendsZeroCopyAsOps);
         }
+    }
+
+    /// <summary>
+    /// The kinds of <paramref name="kinds"/> that <see cref="SelectionVariable"/> selects. A theory none of whose kinds is
+    /// selected keeps them all, so that no test drops out of a limited run unseen.
+    /// </summary>
+    private static TheoryData<TransportKind> Select(params TransportKind[] kinds)
+    {
+        var selected = s_selected.Value;
+        var kept = selected is null ? kinds : kinds.Where(selected.Contains).ToArray();
+        return new(kept.Length > 0 ? kept : kinds);
+    }
+
+    private static HashSet<TransportKind>? ParseSelection(string? value)
+    {
+        if (string.IsNullOrWhiteSpace(value))
+        {
+            return null;
+        }
+
+        var selected = new HashSet<TransportKind>();
+        foreach (var name in value.Split(',', StringSplitOptions.TrimEntries | StringSplitOptions.RemoveEmptyEntries))
+        {
+            if (name.Equals("Default", StringComparison.OrdinalIgnoreCase))
+            {
+                selected.Add(DefaultKind);
+            }
+            else if (!name.All(char.IsAsciiLetter) || !Enum.TryParse(name, ignoreCase: true, out TransportKind kind))
+            {
+                throw new InvalidOperationException(
+                    $"{SelectionVariable}='{value}' names '{name}', which is no transport kind: expected a comma-separated list of " +
+                    $"Default, {string.Join(", ", Enum.GetNames<TransportKind>())}.");
+            }
+            else
+            {
+                selected.Add(kind);
+            }
+        }
+
+        return selected;
+    }
+
+    private static TransportKind FindDefaultKind()
+    {
+        var defaults = new LinuxTransportOptions();
+        var matches = Enum.GetValues<TransportKind>().Where(kind => kind.IsLinux()).Where(kind =>
+        {
+            var options = new LinuxTransportOptions();
+            kind.Configure(options);
+            return ConfiguredAlike(options, defaults);
+        }).ToList();
+        return matches.Count == 1
+            ? matches[0]
+            : throw new InvalidOperationException(
+                $"LinuxTransportOptions' defaults (ApplicationSchedulingMode {defaults.ApplicationSchedulingMode}, IoBackend {defaults.IoBackend}) " +
+                $"match {matches.Count} transport kinds ({string.Join(", ", matches)}); exactly one kind's Configure must leave the defaults as they are.");
+    }
+
+    /// <summary>
+    /// Whether two options configure the same transport: every settable public option and tuning alike, but the loop count,
+    /// with <see cref="IoBackend.Auto"/> taken as the engine it picks where io_uring works (<see cref="EngineChoice.MayUseIoUring"/>).
+    /// </summary>
+    private static bool ConfiguredAlike(LinuxTransportOptions a, LinuxTransportOptions b)
+    {
+        static IoBackend Engine(LinuxTransportOptions options) => EngineChoice.MayUseIoUring(options) ? IoBackend.IoUring
+            : options.IoBackend == IoBackend.Auto ? IoBackend.Epoll
+            : options.IoBackend;
+
+        static bool Alike(object x, object y) => x.GetType().GetProperties(BindingFlags.Public | BindingFlags.Instance)
+            .Where(p => p.CanRead && p.CanWrite && p.Name is not (nameof(LinuxTransportOptions.ThreadCount) or nameof(LinuxTransportOptions.IoBackend)))
+            .All(p => Equals(p.GetValue(x), p.GetValue(y)));
+
+        return Engine(a) == Engine(b) && Alike(a, b) && Alike(a.Tuning, b.Tuning);
     }
 }

@@ -4,6 +4,7 @@ namespace TechEmpower.Tests.Endpoints;
 
 // One test class per transport and mode: xunit runs each class as its own collection, in parallel
 // with the others, and each shares one running sample (its class fixture) across its tests.
+// test.sh's .NET 11 run picks classes by these names: Linux_<mode> (the transport's defaults), Linux_io_uring_<mode>, Sockets_<mode>.
 
 public sealed class Linux_middleware(LinuxMiddlewareFixture sample) : MiddlewareEndpoints<LinuxMiddlewareFixture>(sample);
 
