@@ -68,6 +68,15 @@ internal sealed class TransportTuning
     /// <summary>Adaptive scheduling: the most threads that may hold, have held or wait to hold the loops (0: four per loop, and 4 more).</summary>
     public int LoopThreadLimit { get; set; }
 
+    /// <summary>Adaptive scheduling: the most threads the loops may ever use, above <see cref="LoopThreadLimit"/> (0: the default). Not yet enforced.</summary>
+    public int LoopThreadCeiling { get; set; }
+
+    /// <summary>
+    /// Where the threads' /proc entries are read from (stat and schedstat per thread id): a seam for tests, which point it
+    /// at a directory that does not exist, as in gVisor or under a masked /proc. Not a switch (<see cref="Apply"/> does not know it).
+    /// </summary>
+    internal string ThreadStatsDirectory { get; set; } = "/proc/self/task";
+
     /// <summary>The cap on loop threads for <paramref name="loops"/> loops (see <see cref="LoopThreadLimit"/>).</summary>
     public int MaxLoopThreads(int loops) => LoopThreadLimit > 0 ? Math.Max(LoopThreadLimit, loops) : (loops * 4) + 4;
 

@@ -63,6 +63,11 @@ internal sealed class LoopMonitor : IDisposable
         _thread = new Thread(Run) { IsBackground = true, Name = "Kestrel Linux monitor" };
     }
 
+    /// <summary>The kernel's id of the monitor's thread, once it runs (tests).</summary>
+    internal int ThreadId => Volatile.Read(ref _threadId);
+
+    private int _threadId;
+
     /// <summary>The threads that hold the loops this monitor watches.</summary>
     public LoopThreads Threads { get; }
 
@@ -97,6 +102,7 @@ internal sealed class LoopMonitor : IDisposable
 
     private void Run()
     {
+        Volatile.Write(ref _threadId, Interop.Affinity.CurrentThreadId());
         int idleLooks = 0;
         int sleep = _interval;
         while (!_stopping)

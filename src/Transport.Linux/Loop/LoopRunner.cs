@@ -33,10 +33,10 @@ internal sealed class LoopRunner(EventLoop loop)
     public int ThreadId { get; } = Affinity.CurrentThreadId();
 
     /// <summary>True when the holder is asleep in the kernel (a blocking call), not running or preempted (/proc; monitor only).</summary>
-    public bool IsBlockedInKernel => Affinity.IsThreadBlocked(_statPath ??= $"/proc/self/task/{ThreadId}/stat");
+    public bool IsBlockedInKernel => Affinity.IsThreadBlocked(_statPath ??= $"{Loop.Options.Tuning.ThreadStatsDirectory}/{ThreadId}/stat");
 
     /// <summary>The CPU time the holder's thread has run, in nanoseconds (/proc; monitor only; -1 when unreadable).</summary>
-    public long CpuNanoseconds => Affinity.ThreadRuntimeNanoseconds(_schedstatPath ??= $"/proc/self/task/{ThreadId}/schedstat");
+    public long CpuNanoseconds => Affinity.ThreadRuntimeNanoseconds(_schedstatPath ??= $"{Loop.Options.Tuning.ThreadStatsDirectory}/{ThreadId}/schedstat");
 
     private string? _statPath;
     private string? _schedstatPath;

@@ -27,6 +27,12 @@ internal sealed class LoopThreads(int loops, int maxThreads, TimeSpan retireAfte
         }
     }
 
+    /// <summary>The most threads this set may ever have (tests).</summary>
+    internal int Ceiling => maxThreads;
+
+    /// <summary>Starts a thread this set created (a seam: tests make it throw, as pids.max or RLIMIT_NPROC would).</summary>
+    internal Action<Thread> StartThread { get; set; } = static thread => thread.Start();
+
     /// <summary>Standbys waiting for a loop (tests).</summary>
     public int Waiting
     {
@@ -100,7 +106,7 @@ internal sealed class LoopThreads(int loops, int maxThreads, TimeSpan retireAfte
         }
         else
         {
-            new Thread(() => Serve(loop, this)) { IsBackground = true, Name = loop.ThreadName }.Start();
+            StartThread(new Thread(() => Serve(loop, this)) { IsBackground = true, Name = loop.ThreadName });
         }
 
         return true;
