@@ -50,17 +50,10 @@ internal sealed class EventLoop : PipeScheduler
     /// <summary><see cref="LinuxTransportOptions.SpinBeforeSleepMicroseconds"/> in <see cref="Stopwatch"/> ticks (0: off).</summary>
     private readonly long _spinTicks;
 
+    private readonly LoopHold _hold;
     private bool _exited;
     private bool _engineStarted;
-    private int _threadId;
     private int _zeroCopyRefusedLogged;
-
-    // The hold on the loop (see the remarks): the holder's managed thread id, for IsLoopThread, and its
-    // LoopRunner, which the monitor watches. Both are cleared when the monitor takes the loop, and set by
-    // the next holder. _finalThread is the thread that ended the loop (Join).
-    private int _holderThreadId;
-    private LoopRunner? _runner;
-    private Thread? _finalThread;
 
     // When the current pass began (0 while the loop waits), for the long-pass count and the meter's gauge; at most
     // one long-pass warning per 10 s.
@@ -79,6 +72,7 @@ internal sealed class EventLoop : PipeScheduler
         Metrics = metrics;
         Pool = pool;
 
+        _hold = new LoopHold(this);
         Engine = EngineChoice.Create(backend, options, index, logger, metrics);
         _wakeup = new LoopWakeup(Engine);
         SocketOptions = new AcceptedSocketOptions(options, logger, index);
@@ -155,7 +149,7 @@ internal sealed class EventLoop : PipeScheduler
     public AcceptedSocketOptions SocketOptions { get; }
 
     /// <summary>The kernel's id of the loop thread (0 until it runs).</summary>
-    public int ThreadId => Volatile.Read(ref _threadId);
+    public int ThreadId => _hold.ThreadId;
 
     public long PassCount => Volatile.Read(ref _passCount);
 
@@ -180,7 +174,7 @@ internal sealed class EventLoop : PipeScheduler
     public Task Stopped => _stopped.Task;
 
     /// <summary>True on the thread that holds this loop now (see the remarks).</summary>
-    public bool IsLoopThread => Volatile.Read(ref _holderThreadId) == Environment.CurrentManagedThreadId;
+    public bool IsLoopThread => _hold.IsCurrentThread;
 
     /// <summary>Adaptive scheduling's application continuations on this loop; null where they go to the pool (another mode, or an engine that cannot change threads).</summary>
     public LoopContinuations? Continuations { get; }
@@ -189,7 +183,7 @@ internal sealed class EventLoop : PipeScheduler
     public bool RunsContinuations => Continuations is not null;
 
     /// <summary>The current hold on the loop (the monitor's view); null before the loop starts and between a take and the next holder.</summary>
-    public LoopRunner? Runner => Volatile.Read(ref _runner);
+    public LoopRunner? Runner => _hold.Runner;
 
     public void Start()
     {
@@ -323,20 +317,7 @@ internal sealed class EventLoop : PipeScheduler
     /// Waits until the loop has ended and the thread that ended it has exited (from a thread other than the
     /// loop's). A thread the loop was taken from may still be inside an application continuation.
     /// </summary>
-    public void Join()
-    {
-        if (!_thread.IsAlive && _finalThread is null)
-        {
-            return; // never started
-        }
-
-        Stopped.GetAwaiter().GetResult();
-        var final = Volatile.Read(ref _finalThread);
-        if (final is not null && final != Thread.CurrentThread)
-        {
-            final.Join();
-        }
-    }
+    public void Join() => _hold.Join(_thread, Stopped);
 
     /// <summary>The loop's first thread: runs the passes, and after the loop was taken from it serves as a standby.</summary>
     private void Run() => LoopThreads.Serve(this, Continuations?.Monitor.Threads);
@@ -348,7 +329,8 @@ internal sealed class EventLoop : PipeScheduler
     /// </summary>
     internal bool RunPasses()
     {
-        var runner = Hold();
+        var runner = _hold.Begin();
+        Volatile.Write(ref _passStarted, 0); // the pass the loop was taken in is over
         try
         {
             if (!_engineStarted)
@@ -410,45 +392,17 @@ internal sealed class EventLoop : PipeScheduler
             TransportLog.LoopFailed(Logger, Index, e);
         }
 
-        Volatile.Write(ref _finalThread, Thread.CurrentThread);
+        _hold.Ending();
         Shutdown();
-        Volatile.Write(ref _holderThreadId, 0);
+        _hold.Ended();
         return true;
-    }
-
-    /// <summary>The calling thread takes hold of the loop: from now on it is the loop thread.</summary>
-    private LoopRunner Hold()
-    {
-        var runner = new LoopRunner(this);
-        Volatile.Write(ref _passStarted, 0); // the pass the loop was taken in is over
-        Volatile.Write(ref _holderThreadId, runner.ManagedThreadId);
-        Volatile.Write(ref _threadId, runner.ThreadId);
-        Volatile.Write(ref _runner, runner);
-        if (Thread.CurrentThread.Name != ThreadName)
-        {
-            Thread.CurrentThread.Name = ThreadName; // a standby taking over, named for the loop it holds now
-        }
-
-        LoopThreadPolicy.Apply(Options, Index, Logger);
-        return runner;
     }
 
     /// <summary>
-    /// Monitor thread: takes the loop from <paramref name="runner"/>, whose continuation began at
-    /// <paramref name="started"/> and still runs. True when taken: nobody holds the loop until the caller hands
-    /// it to another thread (which calls <see cref="RunPasses"/>), and then calls <see cref="LoopContinuations.OnTaken"/>.
+    /// Monitor thread: takes the loop from <paramref name="runner"/> (see <see cref="LoopHold.TryTake"/>); the caller then
+    /// hands it to another thread and calls <see cref="LoopContinuations.OnTaken"/>.
     /// </summary>
-    internal bool TryTake(LoopRunner runner, long started)
-    {
-        if (!runner.TryTake(started))
-        {
-            return false;
-        }
-
-        Volatile.Write(ref _holderThreadId, 0);
-        Interlocked.CompareExchange(ref _runner, null, runner);
-        return true;
-    }
+    internal bool TryTake(LoopRunner runner, long started) => _hold.TryTake(runner, started);
 
     /// <summary>
     /// The end of a pass: one that took longer than <see cref="s_longPass"/> is counted, and logged at most once per
