@@ -5,9 +5,9 @@ namespace Kestrel.Transport.Linux.Loop;
 /// <summary>
 /// The threads that may hold a group's loops (Adaptive scheduling): each loop's first thread, and standbys that
 /// take over a loop the monitor took from its holder (<see cref="TryHandOver"/>). A thread the loop was taken
-/// from finishes its continuation and then waits as a standby, or exits if enough are waiting already. A standby
-/// that waits longer than the retire time exits (unless it held a loop and <see cref="KeepEveryThread"/>); every
-/// standby exits when the group ends (<see cref="Stop"/>).
+/// from finishes its continuation and then waits as a standby. A standby that waits longer than the retire time (1 s
+/// past the soft cap) exits, unless it held a loop and <see cref="KeepEveryThread"/>; every standby exits when the
+/// group ends (<see cref="Stop"/>).
 /// </summary>
 /// <remarks>
 /// <para>How many: threads up to a soft cap start whenever a loop needs one. Past it, a loop whose holder is asleep
