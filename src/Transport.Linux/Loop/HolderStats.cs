@@ -67,7 +67,8 @@ internal sealed class HolderStats(string directory) : IDisposable
 
     public void Dispose() => Close();
 
-    private void Close()
+    /// <summary>Closes the files (an idle server keeps none open); the next <see cref="Follow"/> opens them again.</summary>
+    public void Close()
     {
         _stat?.Dispose();
         _schedstat?.Dispose();

@@ -25,8 +25,9 @@ namespace Kestrel.Transport.Linux.Loop;
 /// continuation that blocks right after a calm look is seen at the next one and taken one interval later.
 /// It costs nothing on an idle server: after <see cref="IdleLooksBeforeParking"/> looks in a row in which no
 /// continuation ran, it parks until the next continuation starts (<see cref="OnContinuationStarted"/>, a read of
-/// one field per continuation). Parking and the loops' <see cref="LoopRunner.BeginContinuation"/> each write, fence
-/// and then read the other's field, so either the monitor sees the continuation or the loop sees it parked.
+/// one field per continuation), with the holders' /proc files closed (<see cref="HolderStats"/>). Parking and the loops'
+/// <see cref="LoopRunner.BeginContinuation"/> each write, fence and then read the other's field, so either the monitor
+/// sees the continuation or the loop sees it parked.
 /// A logger that throws, or anything else a look runs into, is caught: the monitor goes on.
 /// </remarks>
 internal sealed class LoopMonitor : IDisposable
@@ -309,6 +310,12 @@ internal sealed class LoopMonitor : IDisposable
                 Volatile.Write(ref _parked, 0);
                 return;
             }
+        }
+
+        // Parked, the monitor reads nothing: the holders' files are closed until it looks again.
+        foreach (var stats in _stats)
+        {
+            stats.Close();
         }
 
         _unpark.Wait();
