@@ -234,14 +234,15 @@ internal sealed class LoopMonitor : IDisposable
                     _jitAt[i] = JitInfo.GetCompilationTime(currentThread: false);
                 }
 
-                // Compute that was mostly the JIT's (the process compiled for a quarter of the CPU time the holder used
-                // since the monitor first watched it, or more) is first-use work: a cold start, or an endpoint's first
-                // call. It is handed off like any computation, but logged at Debug, and moves no connection to the pool.
+                // Compute that was mostly the JIT's (the process compiled for half the CPU time the holder used since the
+                // monitor first watched it, or more: 80-90% on a cold start; a quarter let the tiering of an app's first
+                // minutes pass for it too often) is first-use work: a cold start, or an endpoint's first call. It is
+                // handed off like any computation, but logged at Debug, and moves no connection to the pool.
                 long used = cpu < 0 ? -1 : cpu - _cpuAt[i];
                 computing = used >= _runningThresholdNanoseconds;
                 if (used >= _demoteNanoseconds)
                 {
-                    firstUse = (JitInfo.GetCompilationTime(currentThread: false) - _jitAt[i]).Ticks * 100 * 4 >= used;
+                    firstUse = (JitInfo.GetCompilationTime(currentThread: false) - _jitAt[i]).Ticks * 100 * 2 >= used;
                     if (!firstUse && _demotedFor[i] != started)
                     {
                         _demotedFor[i] = started;

@@ -17,14 +17,15 @@ namespace Kestrel.Transport.Linux.Tests.Hosting;
 public sealed class AdaptiveColdStartTests(ITestOutputHelper output)
 {
     private const string Handoffs = "kestrel.transport.linux.loop.handoffs";
-    private const int Methods = 100;
-    private const int BlocksPerMethod = 400;
+    private const int Methods = 1000;
+    private const int BlocksPerMethod = 40;
+    private const int ComputeAttempts = 10;
 
     /// <summary>
     /// A first request whose handler spends well over 10 ms of its thread's CPU in the JIT (many fresh methods compiled on
     /// the loop, as a cold start compiles them), is handed off like any computation, but logged at Debug, not as warning
     /// 22: users who never chose Adaptive would otherwise see warnings from every cold start. A handler that computes as
-    /// long (without the JIT) still gets its warning.
+    /// long (without the JIT) still gets its warning, once the process's JIT is quiet.
     /// </summary>
     [Theory]
     [MemberData(nameof(AdaptiveTesting.Kinds), MemberType = typeof(AdaptiveTesting))]
@@ -56,7 +57,7 @@ public sealed class AdaptiveColdStartTests(ITestOutputHelper output)
             });
 
         using var meter = new TaggedMeasurements(host);
-        var connections = await AdaptiveTesting.WarmedAsync(host, 2);
+        var connections = await AdaptiveTesting.WarmedAsync(host, 1 + ComputeAttempts);
         try
         {
             Assert.NotEmpty(await AdaptiveTesting.GetAsync(connections[0], "/jit", TestTimeouts.Default));
@@ -66,13 +67,19 @@ public sealed class AdaptiveColdStartTests(ITestOutputHelper output)
             Assert.Empty(log.With(22, LogLevel.Warning));
             Assert.NotEmpty(log.With(22, LogLevel.Debug));
 
-            // While anything in the process compiles, compute counts as first-use work: the computation is compiled
-            // (tiered up) here first, and the JIT left to fall quiet.
+            // While anything in the process compiles (tiered compilation promotes the request path in the background), a
+            // computation counts as first-use work too: the computation is compiled here first, the JIT left to fall
+            // quiet, and a request that computes is tried on one fresh connection after another until one is warned of.
             AdaptiveTesting.ComputeFor(TimeSpan.FromMilliseconds(100));
-            await JitQuietAsync();
-            Assert.Equal("ok", await AdaptiveTesting.GetAsync(connections[1], "/compute", TestTimeouts.Default));
-            await AdaptiveTesting.WaitUntilAsync(() => log.With(22, LogLevel.Warning).Count > 0, TestTimeouts.Default, "warning 22 for the computation");
-            output.WriteLine(log.With(22, LogLevel.Warning)[0]);
+            int attempts = 0;
+            while (log.With(22, LogLevel.Warning).Count == 0 && attempts < ComputeAttempts)
+            {
+                await JitQuietAsync();
+                Assert.Equal("ok", await AdaptiveTesting.GetAsync(connections[++attempts], "/compute", TestTimeouts.Default));
+            }
+
+            output.WriteLine($"{attempts} computing request(s) until a warning: {string.Join(" | ", log.With(22))}");
+            Assert.NotEmpty(log.With(22, LogLevel.Warning));
         }
         finally
         {
@@ -102,9 +109,9 @@ public sealed class AdaptiveColdStartTests(ITestOutputHelper output)
 
     /// <summary>
     /// Compiles and runs a new method of <paramref name="blocks"/> compare-and-branch blocks, a new one each call, so the
-    /// JIT always runs: about 5 µs of JIT time per block on this machine (JitInfo: 19 ms for 4000), so the 100 methods
-    /// of 400 blocks the handler compiles take about 200 ms of it. The JIT counts a method's time when it is done, so
-    /// many methods, as a cold start compiles, not one large one.
+    /// JIT always runs. The handler's 1000 methods of 40 blocks took about 140 ms of JIT time in 167 ms on this machine
+    /// (JitInfo), accruing evenly: the JIT counts a method's time when it is done, so many small methods, as a cold start
+    /// compiles, not one large one.
     /// </summary>
     private static int CompileAndRun(int seed, int blocks)
     {
