@@ -208,7 +208,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
             p.error(f"--runtimes: unknown runtime {runtime!r}; known: {', '.join(RUNTIME_LAYOUTS)}")
     args.scenarios = set(args.scenarios.split(",")) if args.scenarios else None
     if args.scenarios:
-        unknown = args.scenarios - {s.name for s in saturated.main_scenarios(quick=False)}
+        unknown = args.scenarios - {s.name for s in saturated.main_scenarios(quick=False) + saturated.few_connection_scenarios()}
         if unknown:
             p.error(f"unknown scenario(s) {sorted(unknown)}; known: "
                     + ", ".join(s.name for s in saturated.main_scenarios(quick=False)))

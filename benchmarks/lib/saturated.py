@@ -50,10 +50,17 @@ def main_scenarios(quick: bool) -> list[Scenario]:
     return all_scenarios
 
 
+def few_connection_scenarios() -> list[Scenario]:
+    """Closed loop over 1, 4 and 16 connections (2 is in the default set): where each request waits for the server's
+    wake-up, the latency a loop adds is the throughput it loses (issue 37). Only by name, with --scenarios."""
+    return [Scenario(f"{name}-{n}", f"{name}, {n} connection{'s' if n > 1 else ''}, no pipelining", f"/{name}", n)
+            for name in ("json", "plaintext") for n in (1, 4, 16)]
+
+
 def selected_scenarios(args: argparse.Namespace) -> list[Scenario]:
     """--scenarios picks from every scenario (also with --quick); otherwise the mode's default set."""
     if args.scenarios:
-        return [s for s in main_scenarios(quick=False) if s.name in args.scenarios]
+        return [s for s in main_scenarios(quick=False) + few_connection_scenarios() if s.name in args.scenarios]
     return main_scenarios(args.quick)
 
 

@@ -74,17 +74,36 @@ internal static partial class TransportLog
     [LoggerMessage(21, LogLevel.Information, "IoBackend=Auto: the loops run on epoll with {SchedulingMode} scheduling: with ThreadPool scheduling io_uring measured no better than epoll, and with Adaptive scheduling a ring that can follow its loop to another thread measured level with epoll (docs/performance.md).")]
     public static partial void AutoChoseEpoll(ILogger logger, ApplicationSchedulingMode schedulingMode);
 
-    [LoggerMessage(22, LogLevel.Warning, "Connection {ConnectionId} ({RemoteEndPoint} to {LocalEndPoint}) held the thread of loop {Loop} for {Milliseconds:F1} ms inside application code (a blocking call or long computation). The loop moved to another thread meanwhile, and this connection runs on the thread pool for a while; its requests' TraceIdentifier starts with the connection id. {Skipped} more such cases since the last message.")]
-    public static partial void ContinuationBlockedLoop(ILogger logger, string connectionId, int loop, double milliseconds, System.Net.EndPoint? remoteEndPoint, System.Net.EndPoint? localEndPoint, int skipped);
+    /// <summary>
+    /// Logged by the monitor as it takes the loop, so that a handler that never returns is named too: at Warning, or at
+    /// Debug for compute that was mostly the JIT's (a cold start, an endpoint's first call).
+    /// </summary>
+    [LoggerMessage(EventId = 22, Message = "Connection {ConnectionId} ({RemoteEndPoint} to {LocalEndPoint}) has held the thread of loop {Loop} for {Milliseconds:F1} ms inside application code, {Doing}. The loop moved to another thread, and this connection runs on the thread pool until a while after that code returns. Kestrel's TraceIdentifier of each HTTP/1.1 request on this connection begins with the connection id. {Skipped} more such cases since the last message; kestrel.transport.linux.loop.handoffs counts them all, by endpoint and reason.")]
+    public static partial void ContinuationBlockedLoop(ILogger logger, LogLevel level, string connectionId, EndPoint? remoteEndPoint, EndPoint? localEndPoint, int loop, double milliseconds, string doing, int skipped);
 
-    [LoggerMessage(23, LogLevel.Warning, "Loop {Loop} is blocked inside application code, but the {Threads} threads the loops may use are all busy: it stays blocked until that code returns. Logged once.")]
-    public static partial void NoThreadForBlockedLoop(ILogger logger, int loop, int threads);
+    [LoggerMessage(23, LogLevel.Warning, "Loop {Loop} is held by application code that blocks or computes, but its thread cannot be handed off: the {Threads} threads the loops may use are at their ceiling. The loop waits until that code returns or a thread frees up. {Skipped} more such cases since the last message; kestrel.transport.linux.loop.handoffs.refused counts them all.")]
+    public static partial void NoThreadForBlockedLoop(ILogger logger, int loop, int threads, int skipped);
 
     [LoggerMessage(24, LogLevel.Warning, "Loop {Loop} spent {Milliseconds:F1} ms in one pass, scheduling {SchedulingMode}: every connection of the loop waited that long. With Inline scheduling application code runs inside the pass, so a blocking call or long computation there does this; Adaptive scheduling moves such code off the loop. {Skipped} more such passes since the last message; kestrel.transport.linux.loop.long_passes counts them all.")]
     public static partial void LongPass(ILogger logger, int loop, double milliseconds, ApplicationSchedulingMode schedulingMode, int skipped);
 
     [LoggerMessage(25, LogLevel.Information, "Kestrel.Transport.Linux is serving {EndPoints} on {ThreadCount} event loops: {Engine} engine, {SchedulingMode} scheduling.")]
     public static partial void Serving(ILogger logger, string endPoints, int threadCount, string engine, ApplicationSchedulingMode schedulingMode);
+
+    [LoggerMessage(27, LogLevel.Debug, "Connection {ConnectionId} returned from the application code that held loop {Loop}'s thread, after {Milliseconds:F1} ms in all; its thread now waits to take over a loop, or exits.")]
+    public static partial void ContinuationReturned(ILogger logger, string connectionId, int loop, double milliseconds);
+
+    [LoggerMessage(28, LogLevel.Warning, "Loop {Loop} is held by application code that blocks or computes, but a thread to take it over could not start ({Threads} threads run the loops now): the loop waits until that code returns. {Skipped} more such cases since the last message; kestrel.transport.linux.loop.handoffs.refused counts them all.")]
+    public static partial void ThreadStartFailed(ILogger logger, int loop, int threads, int skipped, Exception? exception);
+
+    [LoggerMessage(29, LogLevel.Warning, "ApplicationSchedulingMode is Adaptive, but the threads' state cannot be read here ({Reason}; gVisor, a masked /proc and WSL1 hide /proc/self/task/TID/stat and schedstat): without it a loop held by blocking application code could never be moved to another thread, so the loops schedule application code as ThreadPool does.")]
+    public static partial void ThreadStatsUnreadable(ILogger logger, string reason);
+
+    [LoggerMessage(30, LogLevel.Warning, "Loop {Loop} did not stop within {Seconds} s: its thread is inside application code that has not returned, and no other thread could take the loop over. The stop goes on without it; the loop ends, and closes its connections, once that code returns.")]
+    public static partial void LoopStuckAtStop(ILogger logger, int loop, int seconds);
+
+    [LoggerMessage(31, LogLevel.Error, "The Adaptive scheduling monitor ran into an error in one look at the loops; it goes on.")]
+    public static partial void MonitorLookFailed(ILogger logger, Exception exception);
 
     [LoggerMessage(26, LogLevel.Warning, "Loop {Loop} stopped while the kernel still held zero-copy sends of {Connections} connection(s): their sockets are closed, and their {Blocks} memory block(s) are kept out of the pool for the rest of the process rather than reused while a network device may still send from them.")]
     public static partial void ZeroCopyAbandoned(ILogger logger, int loop, int blocks, int connections);

@@ -9,22 +9,49 @@ namespace Kestrel.Transport.Linux.Hosting;
 /// <summary>
 /// The loop threads of one server, shared by all of its endpoints. Created by the first bind;
 /// each listener holds a reference, and the loops stop when the last one is released and their
-/// connections have closed.
+/// connections have closed. With Adaptive scheduling the group's monitor, and every standby thread, end
+/// with its loops (a bind after that starts a new group).
 /// </summary>
+[System.Diagnostics.CodeAnalysis.SuppressMessage("Design", "CA1001", Justification = "The monitor ends with the loops (End), when a release or a stop has stopped them, not when the group is dropped.")]
 internal sealed class EventLoopGroup
 {
+    /// <summary>
+    /// How long <see cref="StopAsync"/> waits for the loops (5 s): an aborting stop takes at most the 2 s zero-copy wait of
+    /// <see cref="LoopConnections.ZeroCopyStopWaitMs"/>, unless application code holds a loop that no thread could take over.
+    /// </summary>
+    private static readonly TimeSpan s_stopWait = TimeSpan.FromSeconds(5);
+
     // The owner Kestrel's Sockets transport gives its pools, so the aspnetcore.memory_pool.* instruments (tagged
     // aspnetcore.memory_pool.owner) count this transport's memory where dashboards already look for Kestrel's.
     private static readonly MemoryPoolOptions s_poolOptions = new() { Owner = "kestrel" };
 
     private readonly EventLoop[] _loops;
     private readonly LoopMonitor? _monitor;
+    private readonly TransportMetrics _metrics;
+    private readonly ILogger _logger;
     private int _references;
+    private int _ended;
 
     public EventLoopGroup(LinuxTransportOptions options, IMemoryPoolFactory<byte> poolFactory, ILogger logger, TransportMetrics metrics)
     {
         var backend = EngineChoice.Resolve(options, logger, metrics);
-        _monitor = options.ApplicationSchedulingMode == ApplicationSchedulingMode.Adaptive ? new LoopMonitor(options, logger) : null;
+        _metrics = metrics;
+        _logger = logger;
+
+        // Adaptive scheduling runs application code on the loops only where the monitor can see a holder asleep in the
+        // kernel; elsewhere the loops schedule as ThreadPool does (no monitor: EventLoop), and say so.
+        if (options.ApplicationSchedulingMode == ApplicationSchedulingMode.Adaptive)
+        {
+            if (HolderStats.CanRead(options.Tuning.ThreadStatsDirectory, out string reason))
+            {
+                _monitor = new LoopMonitor(options, logger, metrics);
+            }
+            else
+            {
+                TransportLog.ThreadStatsUnreadable(logger, reason);
+            }
+        }
+
         _loops = new EventLoop[options.ThreadCount];
         try
         {
@@ -56,7 +83,11 @@ internal sealed class EventLoopGroup
             loop.Start();
         }
 
-        _monitor?.Start();
+        if (_monitor is not null)
+        {
+            metrics.Add(_monitor.Threads);
+            _monitor.Start();
+        }
     }
 
     /// <summary>The threads that hold the loops with Adaptive scheduling (diagnostics and tests); null otherwise.</summary>
@@ -89,6 +120,9 @@ internal sealed class EventLoopGroup
             {
                 loop.Stop(abortConnections: false);
             }
+
+            // The monitor watches the loops until their connections have closed; then it and the standbys end.
+            Task.WhenAll(_loops.Select(static l => l.Stopped)).ContinueWith(static (_, g) => ((EventLoopGroup)g!).End(), this, CancellationToken.None, TaskContinuationOptions.None, TaskScheduler.Default);
         }
     }
 
@@ -101,11 +135,31 @@ internal sealed class EventLoopGroup
             loop.Stop(abortConnections: true);
         }
 
-        await Task.WhenAll(_loops.Select(static l => l.Stopped));
-        _monitor?.Dispose();
+        // A loop held by application code that never returns, which no thread could take over (Thread.Start failing,
+        // say), does not hold up the stop: it is logged, and ends by itself once that code returns.
+        var stopped = Task.WhenAll(_loops.Select(static l => l.Stopped));
+        await Task.WhenAny(stopped, Task.Delay(s_stopWait));
+        End();
         foreach (var loop in _loops)
         {
-            loop.Join();
+            if (loop.Stopped.IsCompleted)
+            {
+                loop.Join();
+            }
+            else
+            {
+                TransportLog.LoopStuckAtStop(_logger, loop.Index, (int)s_stopWait.TotalSeconds);
+            }
+        }
+    }
+
+    /// <summary>The loops have stopped (or a stop gave up on them): the monitor's thread and the standbys exit.</summary>
+    private void End()
+    {
+        if (_monitor is not null && Interlocked.Exchange(ref _ended, 1) == 0)
+        {
+            _monitor.Dispose();
+            _metrics.Remove(_monitor.Threads);
         }
     }
 }

@@ -53,6 +53,21 @@ internal sealed class TransportTuning
     /// </summary>
     public int AdaptiveRunningThresholdMicroseconds { get; set; } = 10_000;
 
+    /// <summary>
+    /// Adaptive scheduling: a continuation that computes this long on the loop (its thread's CPU time, microseconds, taken
+    /// as at least <see cref="AdaptiveThresholdMicroseconds"/> and at most <see cref="AdaptiveRunningThresholdMicroseconds"/>) moves its connection
+    /// to the pool for a while, without moving the loop: handlers that compute a few milliseconds per request would
+    /// otherwise hold every other connection of their loop each time (issue 38).
+    /// </summary>
+    public int AdaptiveComputeDemotionMicroseconds { get; set; } = 2000;
+
+    /// <summary>
+    /// Adaptive scheduling: how long one pass runs application continuations before it goes on to its scheduled work,
+    /// sends, and next wait; the rest run in the next pass (microseconds, 100..1000000). A pass runs at most one
+    /// continuation past it.
+    /// </summary>
+    public int AdaptivePassBudgetMicroseconds { get; set; } = 2000;
+
     /// <summary>Adaptive scheduling: how often the monitor looks at the loops while continuations run (milliseconds, 1..1000).</summary>
     public int AdaptiveIntervalMilliseconds { get; set; } = 1;
 
@@ -74,11 +89,31 @@ internal sealed class TransportTuning
     /// <summary>Adaptive scheduling: how long a standby thread waits for a loop to take over before it exits (milliseconds).</summary>
     public int StandbyRetireMilliseconds { get; set; } = 20_000;
 
-    /// <summary>Adaptive scheduling: the most threads that may hold, have held or wait to hold the loops (0: four per loop, and 4 more).</summary>
+    /// <summary>
+    /// Adaptive scheduling: the soft cap on threads that may hold, have held or wait to hold the loops (0: four per loop,
+    /// and 4 more). Below it a loop gets a thread whenever it needs one; past it, at a bounded rate, up to
+    /// <see cref="LoopThreadCeiling"/>.
+    /// </summary>
     public int LoopThreadLimit { get; set; }
 
+    /// <summary>
+    /// Adaptive scheduling: the most threads the loops may use (0: <see cref="LoopThreadLimit"/>'s cap and 256 more), but
+    /// for work only a held loop can do (a stop, an unbind), which always gets one.
+    /// </summary>
+    public int LoopThreadCeiling { get; set; }
+
+    /// <summary>
+    /// Where the threads' /proc entries are read from (stat and schedstat per thread id): a seam for tests, which point it
+    /// at a directory that does not exist, as in gVisor or under a masked /proc. Not a switch (<see cref="Apply"/> does not know it).
+    /// </summary>
+    internal string ThreadStatsDirectory { get; set; } = "/proc/self/task";
+
     /// <summary>The cap on loop threads for <paramref name="loops"/> loops (see <see cref="LoopThreadLimit"/>).</summary>
-    public int MaxLoopThreads(int loops) => LoopThreadLimit > 0 ? Math.Max(LoopThreadLimit, loops) : (loops * 4) + 4;
+    public int MaxLoopThreads(int loops) => Math.Min(LoopThreadLimit > 0 ? Math.Max(LoopThreadLimit, loops) : (loops * 4) + 4, LoopThreadCeilingFor(loops));
+
+    /// <summary>The hard ceiling on loop threads for <paramref name="loops"/> loops (see <see cref="LoopThreadCeiling"/>).</summary>
+    public int LoopThreadCeilingFor(int loops)
+        => LoopThreadCeiling > 0 ? Math.Max(LoopThreadCeiling, loops) : (LoopThreadLimit > 0 ? Math.Max(LoopThreadLimit, loops) : (loops * 4) + 4) + 256;
 
     /// <summary>
     /// Applies <c>Name=value</c> pairs separated by commas (for example <c>SendFromThreadPool=false,MaxBytesPerRead=4096</c>).
@@ -115,6 +150,9 @@ internal sealed class TransportTuning
                 nameof(LoopThreadLimit) => SetInt(value, v => LoopThreadLimit = v),
                 nameof(IdlePollMaxMicroseconds) => SetInt(value, v => IdlePollMaxMicroseconds = v),
                 nameof(IdlePollBudgetPercent) => SetInt(value, v => IdlePollBudgetPercent = v),
+                nameof(LoopThreadCeiling) => SetInt(value, v => LoopThreadCeiling = v),
+                nameof(AdaptiveComputeDemotionMicroseconds) => SetInt(value, v => AdaptiveComputeDemotionMicroseconds = v),
+                nameof(AdaptivePassBudgetMicroseconds) => SetInt(value, v => AdaptivePassBudgetMicroseconds = v),
                 _ => $"unknown tuning switch '{name}'; known: {string.Join(", ", Names)}.",
             };
 
@@ -133,7 +171,8 @@ internal sealed class TransportTuning
         nameof(DeferSend), nameof(SendFromThreadPool), nameof(CoalesceThreadPoolSends), nameof(MaxBytesPerRead),
         nameof(SchedBatchLoops), nameof(TcpQuickAck), nameof(TcpNotSentLowAtBytes), nameof(UseNativeEngine),
         nameof(ZeroCopyWhenKernelCopies), nameof(AdaptiveThresholdMicroseconds), nameof(AdaptiveRunningThresholdMicroseconds), nameof(AdaptiveIntervalMilliseconds),
-        nameof(AdaptiveCalmIntervalMilliseconds), nameof(StandbyRetireMilliseconds), nameof(LoopThreadLimit),
+        nameof(AdaptiveCalmIntervalMilliseconds), nameof(StandbyRetireMilliseconds), nameof(LoopThreadLimit), nameof(LoopThreadCeiling),
+        nameof(AdaptiveComputeDemotionMicroseconds), nameof(AdaptivePassBudgetMicroseconds),
         nameof(IdlePollMaxMicroseconds), nameof(IdlePollBudgetPercent),
     ];
 
@@ -164,9 +203,19 @@ internal sealed class TransportTuning
             yield return $"{nameof(TransportTuning)}.{nameof(AdaptiveCalmIntervalMilliseconds)} must be between {nameof(AdaptiveIntervalMilliseconds)} and 1000, but was {AdaptiveCalmIntervalMilliseconds}.";
         }
 
-        if (StandbyRetireMilliseconds < 1 || LoopThreadLimit < 0)
+        if (StandbyRetireMilliseconds < 1 || LoopThreadLimit < 0 || LoopThreadCeiling < 0)
         {
-            yield return $"{nameof(TransportTuning)}.{nameof(StandbyRetireMilliseconds)} must be positive and {nameof(LoopThreadLimit)} non-negative.";
+            yield return $"{nameof(TransportTuning)}.{nameof(StandbyRetireMilliseconds)} must be positive, and {nameof(LoopThreadLimit)} and {nameof(LoopThreadCeiling)} non-negative.";
+        }
+
+        if (AdaptiveComputeDemotionMicroseconds is < 100 or > 10_000_000)
+        {
+            yield return $"{nameof(TransportTuning)}.{nameof(AdaptiveComputeDemotionMicroseconds)} must be between 100 and 10000000, but was {AdaptiveComputeDemotionMicroseconds}.";
+        }
+
+        if (AdaptivePassBudgetMicroseconds is < 100 or > 1_000_000)
+        {
+            yield return $"{nameof(TransportTuning)}.{nameof(AdaptivePassBudgetMicroseconds)} must be between 100 and 1000000, but was {AdaptivePassBudgetMicroseconds}.";
         }
 
         if (IdlePollMaxMicroseconds is < 0 or > 1000 || IdlePollBudgetPercent is < 1 or > 1000)

@@ -36,6 +36,9 @@ internal static unsafe partial class Affinity
     /// <summary>The kernel's id of the calling thread (the name under /proc/self/task).</summary>
     public static int CurrentThreadId() => gettid();
 
+    [LibraryImport(LibC.Name, EntryPoint = "pread", SetLastError = true)]
+    private static partial nint pread(int fd, byte* buffer, nuint count, long offset);
+
     /// <summary>
     /// True when the thread whose /proc/self/task/TID/stat is <paramref name="statPath"/> is blocked
     /// (state S or D, proc(5)); false when it is running or waiting for a CPU (R), and when the
@@ -43,14 +46,15 @@ internal static unsafe partial class Affinity
     /// </summary>
     public static bool IsThreadBlocked(string statPath)
     {
-        using var file = OwnedFd.TryTake(SysResult.Of(open(statPath, LibC.O_CLOEXEC)));
-        if (file is null)
-        {
-            return false;
-        }
+        using var file = OpenThreadFile(statPath);
+        return file is not null && IsThreadBlocked(file);
+    }
 
+    /// <summary>As <see cref="IsThreadBlocked(string)"/>, from a stat file kept open (<see cref="OpenThreadFile"/>): one pread, no open and close.</summary>
+    public static bool IsThreadBlocked(OwnedFd stat)
+    {
         byte* buffer = stackalloc byte[512];
-        var length = LibC.Read(file.Value, buffer, 512);
+        var length = SysResult.Of(pread(stat.Value, buffer, 512, 0));
         if (length.IsError || length.Value == 0)
         {
             return false;
@@ -68,15 +72,16 @@ internal static unsafe partial class Affinity
     /// </summary>
     public static long ThreadRuntimeNanoseconds(string schedstatPath)
     {
-        using var file = OwnedFd.TryTake(SysResult.Of(open(schedstatPath, LibC.O_CLOEXEC)));
-        if (file is null)
-        {
-            return -1;
-        }
+        using var file = OpenThreadFile(schedstatPath);
+        return file is null ? -1 : ThreadRuntimeNanoseconds(file);
+    }
 
+    /// <summary>As <see cref="ThreadRuntimeNanoseconds(string)"/>, from a schedstat file kept open: one pread.</summary>
+    public static long ThreadRuntimeNanoseconds(OwnedFd schedstat)
+    {
         byte* buffer = stackalloc byte[128];
-        var length = LibC.Read(file.Value, buffer, 128);
-        if (length.IsError || length.Value == 0)
+        var length = SysResult.Of(pread(schedstat.Value, buffer, 128, 0));
+        if (length.IsError || length.Value == 0 || buffer[0] is < (byte)'0' or > (byte)'9')
         {
             return -1;
         }
@@ -95,6 +100,12 @@ internal static unsafe partial class Affinity
 
         return value;
     }
+
+    /// <summary>
+    /// Opens a thread's /proc file (stat, schedstat) to read it again and again with pread (proc files answer each read
+    /// afresh from offset 0); null when it cannot be opened. The file goes on answering while the thread lives.
+    /// </summary>
+    public static OwnedFd? OpenThreadFile(string path) => OwnedFd.TryTake(SysResult.Of(open(path, LibC.O_CLOEXEC)));
 
     /// <summary>The CPUs the calling thread may run on, in ascending order; empty, with the error in <paramref name="result"/>, on failure.</summary>
     public static List<int> AllowedCpus(out SysResult result)

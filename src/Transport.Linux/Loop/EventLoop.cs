@@ -1,5 +1,4 @@
 using System.Buffers;
-using System.Collections.Concurrent;
 using System.Diagnostics;
 using System.IO.Pipelines;
 using Kestrel.Transport.Linux.Connection;
@@ -27,8 +26,9 @@ namespace Kestrel.Transport.Linux.Loop;
 /// thread (<see cref="LoopThreads"/>), which goes on with the next pass. That can happen only while the holder
 /// runs one of those continuations (<see cref="LoopContinuations.Run"/>), never in the middle of the loop's own code;
 /// once the continuation returns, the old holder leaves without touching the loop again.</para>
-/// <para>Other threads reach the loop only through <see cref="Schedule"/>/<see cref="Post"/>, the wake-up
-/// protocol (<see cref="LoopWakeup"/>) and the send lock (<see cref="SendSide.Lock"/>).</para>
+/// <para>Other threads reach the loop only through <see cref="Schedule"/>/<see cref="Post"/> (<see cref="LoopInbox"/>),
+/// the wake-up protocol (<see cref="LoopWakeup"/>) and the send lock (<see cref="SendSide.Lock"/>). Which thread holds the
+/// loop, and the monitor's take, are <see cref="LoopHold"/>'s.</para>
 /// </remarks>
 internal sealed class EventLoop : PipeScheduler
 {
@@ -42,7 +42,7 @@ internal sealed class EventLoop : PipeScheduler
     private readonly LoopWakeup _wakeup;
     private readonly Acceptor _acceptor;
     private readonly Thread _thread;
-    private readonly ConcurrentQueue<ScheduledWork> _workQueue = new();
+    private readonly LoopInbox _inbox;
     private readonly TaskCompletionSource _stopped = new(TaskCreationOptions.RunContinuationsAsynchronously);
     private readonly LoopConnections _connections;
     private readonly PassBatches _batches;
@@ -50,17 +50,8 @@ internal sealed class EventLoop : PipeScheduler
     /// <summary>How the loop waits when it has nothing to do: a poll first, while polls pay.</summary>
     private readonly IdlePoll _idle;
 
-    private bool _exited;
+    private readonly LoopHold _hold;
     private bool _engineStarted;
-    private int _threadId;
-    private int _zeroCopyRefusedLogged;
-
-    // The hold on the loop (see the remarks): the holder's managed thread id, for IsLoopThread, and its
-    // LoopRunner, which the monitor watches. Both are cleared when the monitor takes the loop, and set by
-    // the next holder. _finalThread is the thread that ended the loop (Join).
-    private int _holderThreadId;
-    private LoopRunner? _runner;
-    private Thread? _finalThread;
 
     // When the current pass began (0 while the loop waits), for the long-pass count and the meter's gauge; at most
     // one long-pass warning per 10 s.
@@ -79,15 +70,17 @@ internal sealed class EventLoop : PipeScheduler
         Metrics = metrics;
         Pool = pool;
 
+        _hold = new LoopHold(this);
         Engine = EngineChoice.Create(backend, options, index, logger, metrics);
         _wakeup = new LoopWakeup(Engine);
         SocketOptions = new AcceptedSocketOptions(options, logger, index);
         _acceptor = new Acceptor(this, SocketOptions);
         _connections = new LoopConnections(this);
         _batches = new PassBatches(Engine, metrics, deferSends: options.Tuning.DeferSend);
-        _idle = new IdlePoll(Engine, options, () => !_workQueue.IsEmpty || HasContinuations);
 
         _dispatchQueue = options.ApplicationSchedulingMode == ApplicationSchedulingMode.Inline ? null : new ThreadPoolDispatchQueue(this, _wakeup);
+        _inbox = new LoopInbox(this, _wakeup, _dispatchQueue);
+        _idle = new IdlePoll(Engine, options, () => !_inbox.IsEmpty || HasContinuations);
         ApplicationScheduler = (PipeScheduler?)_dispatchQueue ?? Inline;
 
         // Adaptive scheduling runs continuations here only where the loop can move to another thread when one
@@ -98,18 +91,7 @@ internal sealed class EventLoop : PipeScheduler
             Continuations = new LoopContinuations(this, monitor, _wakeup);
         }
 
-        // Computed once per loop, not per connection. The transport's own side of each pipe (writing input,
-        // reading output) continues on this loop, or, for output with pool sends, on the dispatch batch.
-        long maxRead = options.MaxReadBufferSize ?? 0;
-        long maxWrite = options.MaxWriteBufferSize ?? 0;
-        InputPipeOptions = new PipeOptions(pool, ApplicationScheduler, this, maxRead, maxRead / 2, useSynchronizationContext: false);
-        _outputReaderScheduler = _dispatchQueue is not null && options.Tuning.SendFromThreadPool
-            ? _dispatchQueue.CreateSendScheduler(options.Tuning.CoalesceThreadPoolSends)
-            : (PipeScheduler)this;
-
-        // With zero-copy sends the output pipes' blocks come back only once the kernel is done with them.
-        ZeroCopyPool = options.ZeroCopySendThreshold > 0 ? new ZeroCopyMemoryPool(pool) : null;
-        OutputPipeOptions = new PipeOptions(ZeroCopyPool ?? pool, _outputReaderScheduler, ApplicationScheduler, maxWrite, maxWrite / 2, useSynchronizationContext: false);
+        _pipes = new LoopPipes(this, pool, _dispatchQueue, ApplicationScheduler);
 
         if (options.BusyPollMicroseconds > 0)
         {
@@ -125,7 +107,7 @@ internal sealed class EventLoop : PipeScheduler
         metrics.Add(this);
     }
 
-    private readonly PipeScheduler _outputReaderScheduler;
+    private readonly LoopPipes _pipes;
 
     public int Index { get; }
 
@@ -144,18 +126,14 @@ internal sealed class EventLoop : PipeScheduler
 
     public PipeScheduler ApplicationScheduler { get; }
 
-    public PipeOptions InputPipeOptions { get; }
-
-    public PipeOptions OutputPipeOptions { get; }
-
     /// <summary>The output pipes' pool when zero-copy sends are on (its count of outstanding blocks is for tests and diagnostics).</summary>
-    public ZeroCopyMemoryPool? ZeroCopyPool { get; }
+    public ZeroCopyMemoryPool? ZeroCopyPool => _pipes.ZeroCopyPool;
 
     /// <summary>What this loop sets on accepted sockets, and so what its connections may count on.</summary>
     public AcceptedSocketOptions SocketOptions { get; }
 
     /// <summary>The kernel's id of the loop thread (0 until it runs).</summary>
-    public int ThreadId => Volatile.Read(ref _threadId);
+    public int ThreadId => _hold.ThreadId;
 
     public long PassCount => Volatile.Read(ref _passCount);
 
@@ -180,7 +158,7 @@ internal sealed class EventLoop : PipeScheduler
     public Task Stopped => _stopped.Task;
 
     /// <summary>True on the thread that holds this loop now (see the remarks).</summary>
-    public bool IsLoopThread => Volatile.Read(ref _holderThreadId) == Environment.CurrentManagedThreadId;
+    public bool IsLoopThread => _hold.IsCurrentThread;
 
     /// <summary>Adaptive scheduling's application continuations on this loop; null where they go to the pool (another mode, or an engine that cannot change threads).</summary>
     public LoopContinuations? Continuations { get; }
@@ -189,7 +167,10 @@ internal sealed class EventLoop : PipeScheduler
     public bool RunsContinuations => Continuations is not null;
 
     /// <summary>The current hold on the loop (the monitor's view); null before the loop starts and between a take and the next holder.</summary>
-    public LoopRunner? Runner => Volatile.Read(ref _runner);
+    public LoopRunner? Runner => _hold.Runner;
+
+    /// <summary>True while work that only this loop can do, and that a stop or an unbind waits for, is queued (<see cref="LoopInbox.HasControlWork"/>).</summary>
+    public bool HasControlWork => _inbox.HasControlWork;
 
     public void Start()
     {
@@ -197,85 +178,26 @@ internal sealed class EventLoop : PipeScheduler
         _thread.Start();
     }
 
-    /// <summary>
-    /// The pipe options for a new connection: the loop's shared ones, or, with Adaptive scheduling, options whose
-    /// application side is the connection's own <see cref="AdaptiveScheduler"/> (it decides per connection).
-    /// </summary>
+    /// <summary>The pipe options for a new connection (<see cref="LoopPipes.For"/>).</summary>
     public (PipeOptions Input, PipeOptions Output) PipeOptionsFor(LinuxConnection connection, out AdaptiveScheduler? scheduler)
-    {
-        if (Options.ApplicationSchedulingMode != ApplicationSchedulingMode.Adaptive)
-        {
-            scheduler = null;
-            return (InputPipeOptions, OutputPipeOptions);
-        }
-
-        scheduler = new AdaptiveScheduler(this, connection, _dispatchQueue!);
-        var input = InputPipeOptions;
-        var output = OutputPipeOptions;
-        return (
-            new PipeOptions(input.Pool, scheduler, this, input.PauseWriterThreshold, input.ResumeWriterThreshold, useSynchronizationContext: false),
-            new PipeOptions(output.Pool, _outputReaderScheduler, scheduler, output.PauseWriterThreshold, output.ResumeWriterThreshold, useSynchronizationContext: false));
-    }
+        => _pipes.For(connection, out scheduler);
 
     /// <summary>
     /// Asks the loop to end: at once when <paramref name="abortConnections"/> (connections are reset),
     /// otherwise once its last listener is gone and its last connection has closed.
     /// </summary>
-    public void Stop(bool abortConnections) => Post(static s =>
+    public void Stop(bool abortConnections) => _inbox.PostControl(static s =>
     {
         var (loop, abort) = ((EventLoop, bool))s!;
         loop._connections.RequestStop(abort);
     }, (this, abortConnections));
 
     /// <summary>Runs <paramref name="action"/> on this loop's thread during its next pass.</summary>
-    public override void Schedule(Action<object?> action, object? state)
-    {
-        _workQueue.Enqueue(new ScheduledWork(action, state));
-        if (Volatile.Read(ref _exited))
-        {
-            // The loop is gone: let the thread pool run what is left so pipes still complete.
-            DrainToThreadPool();
-            return;
-        }
+    public override void Schedule(Action<object?> action, object? state) => _inbox.Post(action, state);
 
-        if (IsLoopThread)
-        {
-            if (Continuations is null)
-            {
-                return;
-            }
+    public void Post(Action<object?> action, object? state) => _inbox.Post(action, state);
 
-            // The loop may be taken from this thread at any time (Adaptive): only a check after the enqueue is
-            // visible tells that its next holder will see the work.
-            Interlocked.MemoryBarrier();
-            if (IsLoopThread)
-            {
-                return;
-            }
-        }
-
-        // Continuations that this loop's own dispatch batch schedules (each response flush of a pipelined
-        // batch, say) wake the loop once when the batch ends, not once per flush. That is safe only while the
-        // loop is sure to look again without it: awake (it checks the queue before it sleeps), already
-        // notified, or polling because it knew of the batch. A loop that went to sleep before the batch was
-        // queued could otherwise sleep forever under a batch that blocks (synchronous body I/O waiting for
-        // this very loop), so that one is woken now.
-        if (_dispatchQueue is not null && _dispatchQueue.IsBatchThread)
-        {
-            Interlocked.MemoryBarrier(); // the enqueue above before the read of the state (LoopWakeup)
-            if (!_wakeup.IsSleeping)
-            {
-                ThreadPoolDispatchQueue.WakeLoopAtBatchEnd();
-                return;
-            }
-        }
-
-        _wakeup.Wake();
-    }
-
-    public void Post(Action<object?> action, object? state) => Schedule(action, state);
-
-    public void AddListener(ListenRegistration registration) => Post(static s =>
+    public void AddListener(ListenRegistration registration) => _inbox.PostControl(static s =>
     {
         var r = (ListenRegistration)s!;
         var loop = r.Loop;
@@ -289,7 +211,7 @@ internal sealed class EventLoop : PipeScheduler
     }, registration);
 
     public void RemoveListener(ListenRegistration registration)
-        => Post(static s => ((ListenRegistration)s!).Loop._acceptor.Remove((ListenRegistration)s!), registration);
+        => _inbox.PostControl(static s => ((ListenRegistration)s!).Loop._acceptor.Remove((ListenRegistration)s!), registration);
 
     /// <summary>Queues a receive for this pass's receive batch (loop thread only).</summary>
     public void QueueReceive(IBatchOwner receive) => _batches.QueueReceive(receive);
@@ -306,37 +228,11 @@ internal sealed class EventLoop : PipeScheduler
     /// <summary>Counts bytes a pool thread sent for one of this loop's connections (any thread).</summary>
     public void AddBytesSentOffLoop(long bytes) => Interlocked.Add(ref _bytesSentOffLoop, bytes);
 
-    /// <summary>
-    /// A MSG_ZEROCOPY send of this loop's connections that the kernel refused with ENOBUFS (on the loop, or on
-    /// a pool thread that sends): counted, and logged the first time for this loop.
-    /// </summary>
-    public void OnZeroCopyRefused()
-    {
-        Metrics.ZeroCopyRefusals.Add(1);
-        if (Interlocked.Exchange(ref _zeroCopyRefusedLogged, 1) == 0)
-        {
-            TransportLog.ZeroCopyRefused(Logger, Index);
-        }
-    }
+    /// <summary>A zero-copy send of this loop's connections that the kernel refused (any thread): see <see cref="LoopPipes.OnZeroCopyRefused"/>.</summary>
+    public void OnZeroCopyRefused() => _pipes.OnZeroCopyRefused();
 
-    /// <summary>
-    /// Waits until the loop has ended and the thread that ended it has exited (from a thread other than the
-    /// loop's). A thread the loop was taken from may still be inside an application continuation.
-    /// </summary>
-    public void Join()
-    {
-        if (!_thread.IsAlive && _finalThread is null)
-        {
-            return; // never started
-        }
-
-        Stopped.GetAwaiter().GetResult();
-        var final = Volatile.Read(ref _finalThread);
-        if (final is not null && final != Thread.CurrentThread)
-        {
-            final.Join();
-        }
-    }
+    /// <summary>Waits until the loop has ended and the thread that ended it has exited (<see cref="LoopHold.Join"/>).</summary>
+    public void Join() => _hold.Join(_thread, Stopped);
 
     /// <summary>The loop's first thread: runs the passes, and after the loop was taken from it serves as a standby.</summary>
     private void Run() => LoopThreads.Serve(this, Continuations?.Monitor.Threads);
@@ -348,7 +244,8 @@ internal sealed class EventLoop : PipeScheduler
     /// </summary>
     internal bool RunPasses()
     {
-        var runner = Hold();
+        var runner = _hold.Begin();
+        Volatile.Write(ref _passStarted, 0); // the pass the loop was taken in is over
         try
         {
             if (!_engineStarted)
@@ -356,6 +253,12 @@ internal sealed class EventLoop : PipeScheduler
                 _engineStarted = true;
                 Engine.Start();
                 TransportLog.LoopStarted(Logger, Index, Engine.Name, Engine.UsesAio);
+            }
+            else
+            {
+                // Every hold but the first begins inside a pass the monitor cut short in its continuations: finish it
+                // now, so that what its continuations flushed goes out before the next one runs (and maybe blocks too).
+                FinishPass(passStarted: 0);
             }
 
             while (true)
@@ -365,7 +268,7 @@ internal sealed class EventLoop : PipeScheduler
                 {
                     // Pairs with LoopWakeup.Wake: whoever enqueues after this sees the loop waiting and signals.
                     _wakeup.EnterWait(polling);
-                    if (!_workQueue.IsEmpty || HasContinuations)
+                    if (!_inbox.IsEmpty || HasContinuations)
                     {
                         timeout = 0;
                     }
@@ -392,12 +295,7 @@ internal sealed class EventLoop : PipeScheduler
                     return false;
                 }
 
-                RunScheduledWork();
-                _batches.RunSends();
-                _acceptor.RetryBackedOff();
-                _dispatchQueue?.HelpIfStalled();
-                EndPass(passStarted);
-
+                FinishPass(passStarted);
                 if (_connections.ReadyToExit(_acceptor.Count))
                 {
                     break;
@@ -406,48 +304,44 @@ internal sealed class EventLoop : PipeScheduler
         }
         catch (Exception e)
         {
-            // Only a bug in the loop itself gets here; connections' faults are caught per connection.
-            TransportLog.LoopFailed(Logger, Index, e);
+            // Only a bug in the loop itself should get here; connections' faults are caught per connection. Should the
+            // loop have been taken from this thread meanwhile, another thread holds it: this one leaves it alone.
+            if (!runner.Leave())
+            {
+                LoopMonitor.Guarded(() => TransportLog.ScheduledWorkFailed(Logger, Index, e));
+                return false;
+            }
+
+            LoopMonitor.Guarded(() => TransportLog.LoopFailed(Logger, Index, e));
         }
 
-        Volatile.Write(ref _finalThread, Thread.CurrentThread);
+        _hold.Ending();
         Shutdown();
-        Volatile.Write(ref _holderThreadId, 0);
+        _hold.Ended();
         return true;
-    }
-
-    /// <summary>The calling thread takes hold of the loop: from now on it is the loop thread.</summary>
-    private LoopRunner Hold()
-    {
-        var runner = new LoopRunner(this);
-        Volatile.Write(ref _passStarted, 0); // the pass the loop was taken in is over
-        Volatile.Write(ref _holderThreadId, runner.ManagedThreadId);
-        Volatile.Write(ref _threadId, runner.ThreadId);
-        Volatile.Write(ref _runner, runner);
-        if (Thread.CurrentThread.Name != ThreadName)
-        {
-            Thread.CurrentThread.Name = ThreadName; // a standby taking over, named for the loop it holds now
-        }
-
-        LoopThreadPolicy.Apply(Options, Index, Logger);
-        return runner;
     }
 
     /// <summary>
-    /// Monitor thread: takes the loop from <paramref name="runner"/>, whose continuation began at
-    /// <paramref name="started"/> and still runs. True when taken: nobody holds the loop until the caller hands
-    /// it to another thread (which calls <see cref="RunPasses"/>), and then calls <see cref="LoopContinuations.OnTaken"/>.
+    /// Monitor thread: takes the loop from <paramref name="runner"/> (see <see cref="LoopHold.TryTake"/>); the caller then
+    /// hands it to another thread and calls <see cref="LoopContinuations.OnTaken"/>.
     /// </summary>
-    internal bool TryTake(LoopRunner runner, long started)
-    {
-        if (!runner.TryTake(started))
-        {
-            return false;
-        }
+    internal bool TryTake(LoopRunner runner, long started) => _hold.TryTake(runner, started);
 
-        Volatile.Write(ref _holderThreadId, 0);
-        Interlocked.CompareExchange(ref _runner, null, runner);
-        return true;
+    /// <summary>
+    /// The rest of a pass after its continuations: the transport's own queued work, the send batch, listeners whose
+    /// backoff is over, help for a stalled dispatch batch, and the long-pass count (<paramref name="passStarted"/> 0: a
+    /// pass whose start a previous holder counted).
+    /// </summary>
+    private void FinishPass(long passStarted)
+    {
+        _inbox.RunQueued();
+        _batches.RunSends();
+        _acceptor.RetryBackedOff();
+        _dispatchQueue?.HelpIfStalled();
+        if (passStarted != 0)
+        {
+            EndPass(passStarted);
+        }
     }
 
     /// <summary>
@@ -473,7 +367,7 @@ internal sealed class EventLoop : PipeScheduler
     private int ComputeTimeout(out bool polling)
     {
         polling = false;
-        if (_batches.HasQueued || !_workQueue.IsEmpty || HasContinuations || _connections.ReadyToExit(_acceptor.Count))
+        if (_batches.HasQueued || !_inbox.IsEmpty || HasContinuations || _connections.ReadyToExit(_acceptor.Count))
         {
             return 0;
         }
@@ -516,34 +410,6 @@ internal sealed class EventLoop : PipeScheduler
         }
     }
 
-    private void RunScheduledWork()
-    {
-        // Only what was queued before this point: work queued by this work runs next pass, so a connection
-        // that keeps rescheduling itself cannot starve the engine's wait.
-        int count = _workQueue.Count;
-        while (count-- > 0 && _workQueue.TryDequeue(out var work))
-        {
-            try
-            {
-                work.Run();
-            }
-            catch (Exception e)
-            {
-                TransportLog.ScheduledWorkFailed(Logger, Index, e);
-            }
-        }
-    }
-
-    private void DrainToThreadPool()
-    {
-        while (_workQueue.TryDequeue(out var work))
-        {
-            System.Threading.ThreadPool.UnsafeQueueUserWorkItem(static w => w.Run(), work, preferLocal: false);
-        }
-
-        Continuations?.DrainToThreadPool();
-    }
-
     private void Shutdown()
     {
         _connections.EndAll();
@@ -553,8 +419,7 @@ internal sealed class EventLoop : PipeScheduler
 
         // Continuations that arrive from now on find no loop; they only touch closed connections, and the
         // thread pool runs them so that pipes still complete.
-        Volatile.Write(ref _exited, true);
-        DrainToThreadPool();
+        _inbox.Close();
 
         Pool.Dispose();
         TransportLog.LoopStopped(Logger, Index);

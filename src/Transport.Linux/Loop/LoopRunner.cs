@@ -13,8 +13,8 @@ namespace Kestrel.Transport.Linux.Loop;
 /// </summary>
 /// <remarks>
 /// Who wins when a continuation ends just as the monitor takes the loop: both compare-exchange
-/// <see cref="_started"/>. The holder swaps it to 0 and reads what was there; the monitor swaps the exact start it
-/// saw to <see cref="Taken"/>. Exactly one of them succeeds.
+/// <see cref="_started"/> from the exact start of that continuation, the holder to 0, the monitor to
+/// <see cref="Taken"/>. Exactly one of them succeeds, and a taken hold stays taken (<see cref="IsTaken"/>).
 /// </remarks>
 internal sealed class LoopRunner(EventLoop loop)
 {
@@ -32,14 +32,8 @@ internal sealed class LoopRunner(EventLoop loop)
     /// <summary>The kernel's id of that thread.</summary>
     public int ThreadId { get; } = Affinity.CurrentThreadId();
 
-    /// <summary>True when the holder is asleep in the kernel (a blocking call), not running or preempted (/proc; monitor only).</summary>
-    public bool IsBlockedInKernel => Affinity.IsThreadBlocked(_statPath ??= $"/proc/self/task/{ThreadId}/stat");
-
-    /// <summary>The CPU time the holder's thread has run, in nanoseconds (/proc; monitor only; -1 when unreadable).</summary>
-    public long CpuNanoseconds => Affinity.ThreadRuntimeNanoseconds(_schedstatPath ??= $"/proc/self/task/{ThreadId}/schedstat");
-
-    private string? _statPath;
-    private string? _schedstatPath;
+    /// <summary>True once the loop has been taken from this holder: it touches nothing of the loop again.</summary>
+    public bool IsTaken => Volatile.Read(ref _started) == Taken;
 
     /// <summary>The connection whose continuation runs now, or ran last (the monitor names it when it takes the loop).</summary>
     public LinuxConnection? Connection { get; private set; }
@@ -63,8 +57,21 @@ internal sealed class LoopRunner(EventLoop loop)
         return now;
     }
 
-    /// <summary>Holder: the continuation returned. False when the loop was taken meanwhile: this thread holds it no longer.</summary>
-    public bool EndContinuation() => Interlocked.Exchange(ref _started, 0) != Taken;
+    /// <summary>
+    /// Holder: the continuation that <see cref="BeginContinuation"/> said began at <paramref name="started"/> returned.
+    /// False when the loop was taken meanwhile: this thread holds it no longer.
+    /// </summary>
+    public bool EndContinuation(long started) => Interlocked.CompareExchange(ref _started, 0, started) == started;
+
+    /// <summary>
+    /// Holder, leaving the loop after an exception: true when it still holds it, and from now on no continuation reads as
+    /// running, so the monitor cannot take it; false when the loop was taken from this thread.
+    /// </summary>
+    public bool Leave()
+    {
+        long started = Volatile.Read(ref _started);
+        return started == 0 || (started != Taken && Interlocked.CompareExchange(ref _started, 0, started) == started);
+    }
 
     /// <summary>
     /// Monitor: takes the loop if the continuation that started at <paramref name="started"/> (as read from
