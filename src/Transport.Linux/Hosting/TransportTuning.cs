@@ -78,6 +78,12 @@ internal sealed class TransportTuning
     public int AdaptiveCalmIntervalMilliseconds { get; set; } = 8;
 
     /// <summary>
+    /// Adaptive scheduling, an experiment: the app's awaits begun on a loop resume on that loop (a synchronization
+    /// context per connection), instead of on the thread pool.
+    /// </summary>
+    public bool AwaitsReturnToLoop { get; set; }
+
+    /// <summary>
     /// The longest an idle loop polls before it sleeps (microseconds, 0..1000; 0: it never polls): the cap of the
     /// window <see cref="Loop.IdlePoll"/> grows and shrinks by whether polls find work.
     /// </summary>
@@ -149,6 +155,7 @@ internal sealed class TransportTuning
                 nameof(StandbyRetireMilliseconds) => SetInt(value, v => StandbyRetireMilliseconds = v),
                 nameof(LoopThreadLimit) => SetInt(value, v => LoopThreadLimit = v),
                 nameof(IdlePollMaxMicroseconds) => SetInt(value, v => IdlePollMaxMicroseconds = v),
+                nameof(AwaitsReturnToLoop) => SetBool(value, v => AwaitsReturnToLoop = v),
                 nameof(IdlePollBudgetPercent) => SetInt(value, v => IdlePollBudgetPercent = v),
                 nameof(LoopThreadCeiling) => SetInt(value, v => LoopThreadCeiling = v),
                 nameof(AdaptiveComputeDemotionMicroseconds) => SetInt(value, v => AdaptiveComputeDemotionMicroseconds = v),
@@ -173,7 +180,7 @@ internal sealed class TransportTuning
         nameof(ZeroCopyWhenKernelCopies), nameof(AdaptiveThresholdMicroseconds), nameof(AdaptiveRunningThresholdMicroseconds), nameof(AdaptiveIntervalMilliseconds),
         nameof(AdaptiveCalmIntervalMilliseconds), nameof(StandbyRetireMilliseconds), nameof(LoopThreadLimit), nameof(LoopThreadCeiling),
         nameof(AdaptiveComputeDemotionMicroseconds), nameof(AdaptivePassBudgetMicroseconds),
-        nameof(IdlePollMaxMicroseconds), nameof(IdlePollBudgetPercent),
+        nameof(IdlePollMaxMicroseconds), nameof(IdlePollBudgetPercent), nameof(AwaitsReturnToLoop),
     ];
 
     internal IEnumerable<string> Validate()

@@ -58,6 +58,11 @@ internal sealed class IdlePoll
     /// </summary>
     public int Wait(int timeout)
     {
+        if (_fixedTicks == 0 && _capTicks == 0)
+        {
+            return _engine.Wait(timeout); // never polls: no clock to read
+        }
+
         long start = Stopwatch.GetTimestamp();
         if (_wokeAt != 0)
         {
