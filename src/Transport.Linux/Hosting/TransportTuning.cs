@@ -84,13 +84,17 @@ internal sealed class TransportTuning
     public bool AwaitsReturnToLoop { get; set; }
 
     /// <summary>
-    /// The longest an idle loop polls before it sleeps (microseconds, 0..1000; 0: it never polls): the cap of the
-    /// window <see cref="Loop.IdlePoll"/> grows and shrinks by whether polls find work.
+    /// With Adaptive and Inline scheduling, the longest an idle loop polls before it sleeps (microseconds, 0..1000; 0:
+    /// it never polls): the cap of the window <see cref="Loop.IdlePoll"/> grows and shrinks, in the epochs where polling
+    /// has cost no more CPU per event than sleeping.
     /// </summary>
-    public int IdlePollMaxMicroseconds { get; set; }
+    public int IdlePollMaxMicroseconds { get; set; } = 50;
 
-    /// <summary>The most time an idle loop spends polling, in percent of the time it spends working (1..1000).</summary>
-    public int IdlePollBudgetPercent { get; set; } = 50;
+    /// <summary>
+    /// How much more CPU per event (percent, 0..100) a poll may cost than a sleep and still be chosen, while the loop is
+    /// not saturated: it answers sooner.
+    /// </summary>
+    public int IdlePollLatencyAllowancePercent { get; set; } = 10;
 
     /// <summary>Adaptive scheduling: how long a standby thread waits for a loop to take over before it exits (milliseconds).</summary>
     public int StandbyRetireMilliseconds { get; set; } = 20_000;
@@ -156,7 +160,7 @@ internal sealed class TransportTuning
                 nameof(LoopThreadLimit) => SetInt(value, v => LoopThreadLimit = v),
                 nameof(IdlePollMaxMicroseconds) => SetInt(value, v => IdlePollMaxMicroseconds = v),
                 nameof(AwaitsReturnToLoop) => SetBool(value, v => AwaitsReturnToLoop = v),
-                nameof(IdlePollBudgetPercent) => SetInt(value, v => IdlePollBudgetPercent = v),
+                nameof(IdlePollLatencyAllowancePercent) => SetInt(value, v => IdlePollLatencyAllowancePercent = v),
                 nameof(LoopThreadCeiling) => SetInt(value, v => LoopThreadCeiling = v),
                 nameof(AdaptiveComputeDemotionMicroseconds) => SetInt(value, v => AdaptiveComputeDemotionMicroseconds = v),
                 nameof(AdaptivePassBudgetMicroseconds) => SetInt(value, v => AdaptivePassBudgetMicroseconds = v),
@@ -180,7 +184,7 @@ internal sealed class TransportTuning
         nameof(ZeroCopyWhenKernelCopies), nameof(AdaptiveThresholdMicroseconds), nameof(AdaptiveRunningThresholdMicroseconds), nameof(AdaptiveIntervalMilliseconds),
         nameof(AdaptiveCalmIntervalMilliseconds), nameof(StandbyRetireMilliseconds), nameof(LoopThreadLimit), nameof(LoopThreadCeiling),
         nameof(AdaptiveComputeDemotionMicroseconds), nameof(AdaptivePassBudgetMicroseconds),
-        nameof(IdlePollMaxMicroseconds), nameof(IdlePollBudgetPercent), nameof(AwaitsReturnToLoop),
+        nameof(IdlePollMaxMicroseconds), nameof(IdlePollLatencyAllowancePercent), nameof(AwaitsReturnToLoop),
     ];
 
     internal IEnumerable<string> Validate()
@@ -225,9 +229,9 @@ internal sealed class TransportTuning
             yield return $"{nameof(TransportTuning)}.{nameof(AdaptivePassBudgetMicroseconds)} must be between 100 and 1000000, but was {AdaptivePassBudgetMicroseconds}.";
         }
 
-        if (IdlePollMaxMicroseconds is < 0 or > 1000 || IdlePollBudgetPercent is < 1 or > 1000)
+        if (IdlePollMaxMicroseconds is < 0 or > 1000 || IdlePollLatencyAllowancePercent is < 0 or > 100)
         {
-            yield return $"{nameof(TransportTuning)}.{nameof(IdlePollMaxMicroseconds)} must be between 0 and 1000, and {nameof(IdlePollBudgetPercent)} between 1 and 1000.";
+            yield return $"{nameof(TransportTuning)}.{nameof(IdlePollMaxMicroseconds)} must be between 0 and 1000, and {nameof(IdlePollLatencyAllowancePercent)} between 0 and 100.";
         }
 
         if (TcpNotSentLowAtBytes < 0)

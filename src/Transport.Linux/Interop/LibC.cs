@@ -24,6 +24,26 @@ internal static unsafe partial class LibC
     [LibraryImport(Name, EntryPoint = "fcntl", SetLastError = true)]
     private static partial int fcntl(int fd, int cmd, int arg);
 
+    /// <summary>clock_gettime(2)'s CPU-time clock of the calling thread (linux/time.h).</summary>
+    private const int CLOCK_THREAD_CPUTIME_ID = 3;
+
+    [LibraryImport(Name, EntryPoint = "clock_gettime")]
+    private static partial int clock_gettime(int clock, Timespec* time);
+
+    /// <summary>The CPU time the calling thread has used, in nanoseconds (a system call: not for every pass).</summary>
+    public static long ThreadCpuNanoseconds()
+    {
+        Timespec time;
+        return clock_gettime(CLOCK_THREAD_CPUTIME_ID, &time) == 0 ? (time.Seconds * 1_000_000_000) + time.Nanoseconds : -1;
+    }
+
+    /// <summary>struct timespec (64-bit fields on x86_64 and arm64).</summary>
+    private struct Timespec
+    {
+        public long Seconds;
+        public long Nanoseconds;
+    }
+
     public static SysResult Read(int fd, void* buffer, nuint count) => SysResult.Of(read(fd, buffer, count));
 
     public static SysResult Write(int fd, void* buffer, nuint count) => SysResult.Of(write(fd, buffer, count));
