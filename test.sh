@@ -286,14 +286,15 @@ XML
     fi
 fi
 if [[ -n "$dotnet11_root" ]]; then
-    # What can differ on .NET 11 is the runtime and Kestrel under us: the default configuration and io_uring, with
+    # What can differ on .NET 11 is the runtime and Kestrel under us: the default configuration (Adaptive on epoll),
+    # the way back (ThreadPool scheduling, LinuxNative) and io_uring as a user who asks for it gets it (Adaptive), with
     # Sockets, which proves each expectation first. Default follows LinuxTransportOptions' defaults (TransportKind.cs).
-    section "dotnet test tests/Kestrel.Transport.Linux.Tests on .NET 11 (Sockets, default configuration, io_uring)"
-    KTL_TEST_TRANSPORTS=Sockets,Default,LinuxIoUring KTL_EXPECT_RUNTIME=11 \
+    section "dotnet test tests/Kestrel.Transport.Linux.Tests on .NET 11 (Sockets, default configuration, ThreadPool, io_uring)"
+    KTL_TEST_TRANSPORTS=Sockets,Default,LinuxNative,LinuxIoUringAdaptive KTL_EXPECT_RUNTIME=11 \
         run_xunit tests/Kestrel.Transport.Linux.Tests Kestrel.Transport.Linux.Tests.net11 --settings "$DOTNET11_RUNSETTINGS"
 
     # The TechEmpower suite's endpoint classes are named by configuration (Endpoints/Transports.cs): Linux_<mode>
-    # starts the sample with the transport's defaults, Linux_io_uring_<mode> with --io io_uring, Sockets_<mode> on
+    # starts the sample with the transport's defaults (Adaptive), Linux_io_uring_<mode> with --io io_uring, Sockets_<mode> on
     # Sockets. Those run here; the other configurations stay on the .NET 10 run. Everything outside Endpoints runs.
     endpoints=TechEmpower.Tests.Endpoints
     te_filter="FullyQualifiedName!~$endpoints."

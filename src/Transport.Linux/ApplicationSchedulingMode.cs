@@ -26,7 +26,7 @@ public enum ApplicationSchedulingMode
     /// sleeps in the kernel for about a millisecond (a blocking call) or computes for 10 ms, the loop moves to
     /// another thread, so its other connections keep being served, and the connection that blocked runs on the
     /// thread pool for a while (1 s, doubling on each repeat up to 64 s), as with <see cref="ThreadPool"/>. On
-    /// io_uring each loop's ring is set up so that it can change threads.
+    /// io_uring each loop's ring is set up so that it can change threads. The default.
     /// </summary>
     Adaptive = 2,
 }

@@ -37,8 +37,9 @@ public enum IoBackend
     /// <summary>
     /// The backend that measured best for the scheduling mode, where the kernel allows it: <see cref="IoUring"/> with
     /// <see cref="ApplicationSchedulingMode.Inline"/> (the loop makes every send, and io_uring measured ahead of epoll),
-    /// <see cref="Epoll"/> with <see cref="ApplicationSchedulingMode.ThreadPool"/> (io_uring measured no better) and where
-    /// io_uring cannot be set up. The start-up log says which runs and why, and
+    /// <see cref="Epoll"/> with <see cref="ApplicationSchedulingMode.Adaptive"/>, the default (a ring that can follow its loop
+    /// to another thread measured level with epoll), with <see cref="ApplicationSchedulingMode.ThreadPool"/> (io_uring measured
+    /// no better), and where io_uring cannot be set up. The start-up log says which runs and why, and
     /// <c>kestrel.transport.linux.io_uring.fallbacks</c> counts the loops that wanted io_uring and fell back.
     /// </summary>
     Auto = 3,

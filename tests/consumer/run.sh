@@ -340,7 +340,7 @@ serve_and_check() {
     log "$RUNTIME: port $port has $count listening sockets owned by the app (one per loop thread)"
 
     # ... and says so at the default log level, in one line naming the endpoint, the loops and the engine.
-    serving="Kestrel.Transport.Linux is serving 127.0.0.1:$port on $THREADS event loops: epoll, native engine, ThreadPool scheduling."
+    serving="Kestrel.Transport.Linux is serving 127.0.0.1:$port on $THREADS event loops: epoll, native engine, Adaptive scheduling."
     grep -Fq "$serving" "$APP_LOG" || fail "$RUNTIME: the app's log lacks the start-up line '$serving'."
     log "$RUNTIME: the app logged '$serving'"
 

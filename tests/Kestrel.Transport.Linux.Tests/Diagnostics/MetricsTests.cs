@@ -31,7 +31,8 @@ public sealed class MetricsTests
         var meterFactory = services.GetRequiredService<IMeterFactory>();
         using var recorder = new MeasurementRecorder(meterFactory);
         var pool = new DiagnosticMemoryPoolFactory();
-        var options = new LinuxTransportOptions { ThreadCount = 2 };
+        // The switch is ThreadPool scheduling's: with the default, Adaptive, the echo runs on the loop, which sends.
+        var options = new LinuxTransportOptions { ThreadCount = 2, ApplicationSchedulingMode = ApplicationSchedulingMode.ThreadPool };
         options.Tuning.SendFromThreadPool = sendFromThreadPool;
 
         var factory = new LinuxTransportFactory(Options.Create(options), NullLoggerFactory.Instance, pool, meterFactory);

@@ -42,7 +42,7 @@ public sealed class UseLinuxTransportTests
         var port = new Uri(Assert.Single(app.Services.GetRequiredService<IServer>().Features.Get<IServerAddressesFeature>()!.Addresses)).Port;
 
         var serving = Assert.Single(log.Of(Category), l => l.StartsWith("Kestrel.Transport.Linux is serving", StringComparison.Ordinal));
-        Assert.Equal($"Kestrel.Transport.Linux is serving 127.0.0.1:{port} on 2 event loops: epoll, native engine, ThreadPool scheduling.", serving);
+        Assert.Equal($"Kestrel.Transport.Linux is serving 127.0.0.1:{port} on 2 event loops: epoll, native engine, Adaptive scheduling.", serving);
         Assert.Equal("Hello", await GetAsync(port));
     }
 

@@ -105,13 +105,13 @@ public abstract partial class HttpsEndpoints<TFixture>(TFixture sample) : IClass
 
 public sealed class Linux_https(LinuxHttpsFixture sample) : HttpsEndpoints<LinuxHttpsFixture>(sample);
 
-public sealed class Linux_adaptive_https(LinuxAdaptiveHttpsFixture sample) : HttpsEndpoints<LinuxAdaptiveHttpsFixture>(sample);
+public sealed class Linux_threadpool_https(LinuxThreadPoolHttpsFixture sample) : HttpsEndpoints<LinuxThreadPoolHttpsFixture>(sample);
 
 public sealed class Linux_inline_https(LinuxInlineHttpsFixture sample) : HttpsEndpoints<LinuxInlineHttpsFixture>(sample);
 
 public sealed class Linux_io_uring_https(LinuxIoUringHttpsFixture sample) : HttpsEndpoints<LinuxIoUringHttpsFixture>(sample);
 
-public sealed class Linux_io_uring_adaptive_https(LinuxIoUringAdaptiveHttpsFixture sample) : HttpsEndpoints<LinuxIoUringAdaptiveHttpsFixture>(sample);
+public sealed class Linux_io_uring_threadpool_https(LinuxIoUringThreadPoolHttpsFixture sample) : HttpsEndpoints<LinuxIoUringThreadPoolHttpsFixture>(sample);
 
 public sealed class Sockets_https(SocketsHttpsFixture sample) : HttpsEndpoints<SocketsHttpsFixture>(sample);
 

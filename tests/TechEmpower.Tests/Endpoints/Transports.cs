@@ -16,9 +16,9 @@ public sealed class Linux_io_uring_middleware(LinuxIoUringMiddlewareFixture samp
 
 public sealed class Linux_io_uring_platform(LinuxIoUringPlatformFixture sample) : PlatformEndpoints<LinuxIoUringPlatformFixture>(sample);
 
-public sealed class Linux_adaptive_middleware(LinuxAdaptiveMiddlewareFixture sample) : MiddlewareEndpoints<LinuxAdaptiveMiddlewareFixture>(sample);
+public sealed class Linux_threadpool_middleware(LinuxThreadPoolMiddlewareFixture sample) : MiddlewareEndpoints<LinuxThreadPoolMiddlewareFixture>(sample);
 
-public sealed class Linux_adaptive_platform(LinuxAdaptivePlatformFixture sample) : PlatformEndpoints<LinuxAdaptivePlatformFixture>(sample);
+public sealed class Linux_threadpool_platform(LinuxThreadPoolPlatformFixture sample) : PlatformEndpoints<LinuxThreadPoolPlatformFixture>(sample);
 
 public sealed class Sockets_middleware(SocketsMiddlewareFixture sample) : MiddlewareEndpoints<SocketsMiddlewareFixture>(sample);
 
@@ -39,11 +39,11 @@ public sealed class Libuv_platform(LibuvPlatformFixture sample) : PlatformEndpoi
 
 public sealed class Linux_h2c(LinuxH2cFixture sample) : Http2Endpoints<LinuxH2cFixture>(sample);
 
-public sealed class Linux_adaptive_h2c(LinuxAdaptiveH2cFixture sample) : Http2Endpoints<LinuxAdaptiveH2cFixture>(sample);
+public sealed class Linux_threadpool_h2c(LinuxThreadPoolH2cFixture sample) : Http2Endpoints<LinuxThreadPoolH2cFixture>(sample);
 
 public sealed class Linux_io_uring_h2c(LinuxIoUringH2cFixture sample) : Http2Endpoints<LinuxIoUringH2cFixture>(sample);
 
-public sealed class Linux_io_uring_adaptive_h2c(LinuxIoUringAdaptiveH2cFixture sample)
-    : Http2Endpoints<LinuxIoUringAdaptiveH2cFixture>(sample);
+public sealed class Linux_io_uring_threadpool_h2c(LinuxIoUringThreadPoolH2cFixture sample)
+    : Http2Endpoints<LinuxIoUringThreadPoolH2cFixture>(sample);
 
 public sealed class Sockets_h2c(SocketsH2cFixture sample) : Http2Endpoints<SocketsH2cFixture>(sample);

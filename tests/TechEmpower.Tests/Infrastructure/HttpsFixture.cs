@@ -100,19 +100,19 @@ public abstract class HttpsFixture : IAsyncLifetime, IAsyncDisposable
 }
 
 #pragma warning disable CA1711 // The suffix says what these are: xunit class fixtures.
-public sealed class LinuxHttpsFixture() : HttpsFixture(@"^TechEmpower: transport=linux threads=\d+ scheduling=ThreadPool io=Epoll ", "--transport", "linux");
+public sealed class LinuxHttpsFixture() : HttpsFixture(@"^TechEmpower: transport=linux threads=\d+ scheduling=Adaptive io=Epoll ", "--transport", "linux");
 
-public sealed class LinuxAdaptiveHttpsFixture() : HttpsFixture(
-    @"^TechEmpower: transport=linux threads=\d+ scheduling=Adaptive io=Epoll ", "--transport", "linux", "--scheduling", "adaptive");
+public sealed class LinuxThreadPoolHttpsFixture() : HttpsFixture(
+    @"^TechEmpower: transport=linux threads=\d+ scheduling=ThreadPool io=Epoll ", "--transport", "linux", "--scheduling", "threadpool");
 
 public sealed class LinuxInlineHttpsFixture() : HttpsFixture(
     @"^TechEmpower: transport=linux threads=\d+ scheduling=Inline io=Epoll ", "--transport", "linux", "--scheduling", "inline");
 
 public sealed class LinuxIoUringHttpsFixture() : HttpsFixture(
-    @"^TechEmpower: transport=linux threads=\d+ scheduling=ThreadPool io=IoUring ", "--transport", "linux", "--io", "io_uring");
+    @"^TechEmpower: transport=linux threads=\d+ scheduling=Adaptive io=IoUring ", "--transport", "linux", "--io", "io_uring");
 
-public sealed class LinuxIoUringAdaptiveHttpsFixture() : HttpsFixture(
-    @"^TechEmpower: transport=linux threads=\d+ scheduling=Adaptive io=IoUring ", "--transport", "linux", "--scheduling", "adaptive", "--io", "io_uring");
+public sealed class LinuxIoUringThreadPoolHttpsFixture() : HttpsFixture(
+    @"^TechEmpower: transport=linux threads=\d+ scheduling=ThreadPool io=IoUring ", "--transport", "linux", "--scheduling", "threadpool", "--io", "io_uring");
 
 public sealed class SocketsHttpsFixture() : HttpsFixture(
     @"^TechEmpower: transport=sockets threads=\d+ scheduling=ThreadPool socket-completions=threadpool ", "--transport", "sockets");

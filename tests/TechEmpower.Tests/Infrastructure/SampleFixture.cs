@@ -120,11 +120,11 @@ public abstract class SampleFixture : IAsyncLifetime, IAsyncDisposable
     }
 }
 
-/// <summary>The Linux transport (the sample's default).</summary>
+/// <summary>The Linux transport (the sample's default) with its own defaults: Adaptive scheduling on epoll.</summary>
 public abstract class LinuxFixture(string mode, string? protocols = null) : SampleFixture("linux", mode, protocols)
 {
     /// <inheritdoc />
-    public override Regex ExpectedTransport { get; } = new(@"^TechEmpower: transport=linux threads=\d+ scheduling=ThreadPool io=Epoll ");
+    public override Regex ExpectedTransport { get; } = new(@"^TechEmpower: transport=linux threads=\d+ scheduling=Adaptive io=Epoll ");
 }
 
 /// <summary>
@@ -135,43 +135,44 @@ public abstract class LinuxAioFixture(string mode) : SampleFixture("linux", mode
 {
     /// <inheritdoc />
     public override Regex ExpectedTransport { get; } =
-        new(@"^TechEmpower: transport=linux threads=\d+ scheduling=ThreadPool io=EpollAio tuning=SendFromThreadPool=false ");
+        new(@"^TechEmpower: transport=linux threads=\d+ scheduling=Adaptive io=EpollAio tuning=SendFromThreadPool=false ");
 
     /// <inheritdoc />
     protected override IReadOnlyList<string> ExtraArguments => ["--io", "aio", "--tuning", "SendFromThreadPool=false"];
 }
 
-/// <summary>The Linux transport on its io_uring engine (<c>--io io_uring</c>), with the sample's other defaults.</summary>
+/// <summary>The Linux transport on its io_uring engine (<c>--io io_uring</c>), with the sample's other defaults (Adaptive
+/// scheduling, so each ring is set up so that it can follow its loop to another thread).</summary>
 public abstract class LinuxIoUringFixture(string mode, string? protocols = null) : SampleFixture("linux", mode, protocols)
-{
-    /// <inheritdoc />
-    public override Regex ExpectedTransport { get; } = new(@"^TechEmpower: transport=linux threads=\d+ scheduling=ThreadPool io=IoUring ");
-
-    /// <inheritdoc />
-    protected override IReadOnlyList<string> ExtraArguments => ["--io", "io_uring"];
-}
-
-/// <summary>The Linux transport with Adaptive scheduling (<c>--scheduling adaptive</c>), with the sample's other defaults.</summary>
-public abstract class LinuxAdaptiveFixture(string mode, string? protocols = null) : SampleFixture("linux", mode, protocols)
-{
-    /// <inheritdoc />
-    public override Regex ExpectedTransport { get; } = new(@"^TechEmpower: transport=linux threads=\d+ scheduling=Adaptive io=Epoll ");
-
-    /// <inheritdoc />
-    protected override IReadOnlyList<string> ExtraArguments => ["--scheduling", "adaptive"];
-}
-
-/// <summary>
-/// The Linux transport with Adaptive scheduling on io_uring (<c>--scheduling adaptive --io io_uring</c>): each ring is
-/// set up so that it can follow its loop to another thread.
-/// </summary>
-public abstract class LinuxIoUringAdaptiveFixture(string mode, string? protocols = null) : SampleFixture("linux", mode, protocols)
 {
     /// <inheritdoc />
     public override Regex ExpectedTransport { get; } = new(@"^TechEmpower: transport=linux threads=\d+ scheduling=Adaptive io=IoUring ");
 
     /// <inheritdoc />
-    protected override IReadOnlyList<string> ExtraArguments => ["--scheduling", "adaptive", "--io", "io_uring"];
+    protected override IReadOnlyList<string> ExtraArguments => ["--io", "io_uring"];
+}
+
+/// <summary>The Linux transport with ThreadPool scheduling (<c>--scheduling threadpool</c>), with the sample's other defaults.</summary>
+public abstract class LinuxThreadPoolFixture(string mode, string? protocols = null) : SampleFixture("linux", mode, protocols)
+{
+    /// <inheritdoc />
+    public override Regex ExpectedTransport { get; } = new(@"^TechEmpower: transport=linux threads=\d+ scheduling=ThreadPool io=Epoll ");
+
+    /// <inheritdoc />
+    protected override IReadOnlyList<string> ExtraArguments => ["--scheduling", "threadpool"];
+}
+
+/// <summary>
+/// The Linux transport with ThreadPool scheduling on io_uring (<c>--scheduling threadpool --io io_uring</c>): each ring is
+/// set up for one thread (SINGLE_ISSUER), which the default Adaptive scheduling cannot use.
+/// </summary>
+public abstract class LinuxIoUringThreadPoolFixture(string mode, string? protocols = null) : SampleFixture("linux", mode, protocols)
+{
+    /// <inheritdoc />
+    public override Regex ExpectedTransport { get; } = new(@"^TechEmpower: transport=linux threads=\d+ scheduling=ThreadPool io=IoUring ");
+
+    /// <inheritdoc />
+    protected override IReadOnlyList<string> ExtraArguments => ["--scheduling", "threadpool", "--io", "io_uring"];
 }
 
 /// <summary>Kestrel's Sockets transport, default options.</summary>
@@ -224,9 +225,9 @@ public sealed class LinuxAioPlatformFixture() : LinuxAioFixture("platform");
 
 public sealed class LinuxIoUringMiddlewareFixture() : LinuxIoUringFixture("middleware");
 
-public sealed class LinuxAdaptiveMiddlewareFixture() : LinuxAdaptiveFixture("middleware");
+public sealed class LinuxThreadPoolMiddlewareFixture() : LinuxThreadPoolFixture("middleware");
 
-public sealed class LinuxAdaptivePlatformFixture() : LinuxAdaptiveFixture("platform");
+public sealed class LinuxThreadPoolPlatformFixture() : LinuxThreadPoolFixture("platform");
 
 public sealed class LinuxIoUringPlatformFixture() : LinuxIoUringFixture("platform");
 
@@ -244,11 +245,11 @@ public sealed class LibuvPlatformFixture() : LibuvFixture("platform");
 
 public sealed class LinuxH2cFixture() : LinuxFixture("middleware", "http2");
 
-public sealed class LinuxAdaptiveH2cFixture() : LinuxAdaptiveFixture("middleware", "http2");
+public sealed class LinuxThreadPoolH2cFixture() : LinuxThreadPoolFixture("middleware", "http2");
 
 public sealed class LinuxIoUringH2cFixture() : LinuxIoUringFixture("middleware", "http2");
 
-public sealed class LinuxIoUringAdaptiveH2cFixture() : LinuxIoUringAdaptiveFixture("middleware", "http2");
+public sealed class LinuxIoUringThreadPoolH2cFixture() : LinuxIoUringThreadPoolFixture("middleware", "http2");
 
 public sealed class SocketsH2cFixture() : SocketsFixture("middleware", "http2");
 #pragma warning restore CA1711

@@ -87,7 +87,7 @@ public sealed partial class IoUringFallbackTests
     /// <summary>
     /// Where a seccomp profile kills the process on io_uring_setup or io_setup instead of refusing them (systemd's
     /// SystemCallFilter= without SystemCallErrorNumber=), a server whose backend uses neither must not call them, not
-    /// even to probe: the default (Epoll), and Auto with ThreadPool scheduling (which runs on epoll), start and serve.
+    /// even to probe: the default (Epoll), and Auto with the default Adaptive scheduling (which runs on epoll), start and serve.
     /// </summary>
     [Theory]
     [InlineData(null)]
