@@ -86,9 +86,11 @@ internal sealed class TransportTuning
     /// <summary>
     /// With Adaptive and Inline scheduling, the longest an idle loop polls before it sleeps (microseconds, 0..1000; 0:
     /// it never polls): the cap of the window <see cref="Loop.IdlePoll"/> grows and shrinks, in the epochs where polling
-    /// has cost no more CPU per event than sleeping.
+    /// has cost no more CPU per event than sleeping. Off: at 50 it gained 1.12-1.25x requests/s at 1-4 connections closed
+    /// loop, but cost 1.10x CPU per request at 5% and 1.22x at 25% of Sockets' saturated rate, open loop on .NET 11
+    /// (docs/performance.md), where the default is to be cheapest.
     /// </summary>
-    public int IdlePollMaxMicroseconds { get; set; } = 50;
+    public int IdlePollMaxMicroseconds { get; set; }
 
     /// <summary>
     /// How much more CPU per event (percent, 0..100) a poll may cost than a sleep and still be chosen, while the loop is
