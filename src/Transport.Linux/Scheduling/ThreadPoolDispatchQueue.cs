@@ -206,7 +206,11 @@ internal sealed class ThreadPoolDispatchQueue(EventLoop loop, LoopWakeup wakeup)
                 }
 
                 Volatile.Write(ref _itemStarted, 0);
-                Volatile.Write(ref _scheduled, 0);
+
+                // A full fence, not Volatile.Write: the look at the queue below must not pass the store that
+                // clears the flag (x64 lets a load pass an earlier store), or it could see the queue empty
+                // while a producer still saw the flag set, leaving its work queued with nothing to run it.
+                Interlocked.Exchange(ref _scheduled, 0);
 
                 // Work enqueued after the drain but before the flag cleared saw _scheduled == 1 and did
                 // not queue us: look again, and stay scheduled only if nobody else took over.

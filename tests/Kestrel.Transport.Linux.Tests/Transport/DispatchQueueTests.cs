@@ -1,5 +1,6 @@
 using System.Buffers;
 using System.Diagnostics;
+using System.Runtime.CompilerServices;
 using Kestrel.Transport.Linux.Diagnostics;
 using Kestrel.Transport.Linux.Loop;
 using Kestrel.Transport.Linux.Scheduling;
@@ -25,7 +26,8 @@ public sealed class DispatchQueueTests : IDisposable
 
     public DispatchQueueTests()
     {
-        _loop = new EventLoop(0, new LinuxTransportOptions { ThreadCount = 1 }, IoBackend.Epoll, MemoryPool<byte>.Shared, NullLogger.Instance, _metrics);
+        // The batch is ThreadPool scheduling's (Adaptive uses it for what leaves the loop too).
+        _loop = new EventLoop(0, new LinuxTransportOptions { ThreadCount = 1, ApplicationSchedulingMode = ApplicationSchedulingMode.ThreadPool }, IoBackend.Epoll, MemoryPool<byte>.Shared, NullLogger.Instance, _metrics);
         _loop.Start();
     }
 
@@ -34,6 +36,39 @@ public sealed class DispatchQueueTests : IDisposable
         _loop.Stop(abortConnections: true);
         _loop.Join();
         _metrics.Dispose();
+    }
+
+    /// <summary>
+    /// A continuation scheduled from another thread just as the batch finishes its last one must run. The batch clears
+    /// its scheduled flag and then looks at the queue once more; x64 may let that look pass the store that cleared the
+    /// flag, so without a full fence between them the batch could see the queue empty while the producer still saw the
+    /// flag set, and the continuation stayed queued with nothing scheduled to run it. Seen once in CI, on .NET 11: a
+    /// read whose data was in the pipe, and whose cancellation had fired too, never completed (the dump showed one item
+    /// in the queue with the flag clear). Each round here schedules the next continuation the moment the previous one
+    /// has run, which is when the batch is ending.
+    /// </summary>
+    [Fact]
+    public void Continuations_scheduled_from_another_thread_as_each_batch_ends_all_run()
+    {
+        const int Count = 200_000;
+        var queue = (ThreadPoolDispatchQueue)_loop.ApplicationScheduler;
+        var ran = new StrongBox<int>();
+        Action<object?> step = static state => Interlocked.Increment(ref ((StrongBox<int>)state!).Value);
+        var clock = Stopwatch.StartNew();
+        for (int i = 1; i <= Count; i++)
+        {
+            queue.Schedule(step, ran);
+            long waitingSince = clock.ElapsedTicks;
+            while (Volatile.Read(ref ran.Value) < i)
+            {
+                if (TimeSpan.FromTicks((clock.ElapsedTicks - waitingSince) * TimeSpan.TicksPerSecond / Stopwatch.Frequency) > Release)
+                {
+                    Assert.Fail($"continuation {i} of {Count} never ran: it was left in the queue with no batch scheduled ({Volatile.Read(ref ran.Value)} ran)");
+                }
+
+                Thread.SpinWait(1);
+            }
+        }
     }
 
     [Fact]
