@@ -23,7 +23,7 @@ namespace Soak;
 /// Requests that complete as they must count as <c>requests</c>; aborts, and bad input answered with
 /// a 4xx or a close, count as <c>expected</c>; anything else (an unexpected status, a checksum
 /// mismatch, a timeout, a connection failure on a valid request) is an <c>error</c>.
-/// The load first runs unmeasured until 20,000 requests and 2 GiB of bodies are done (60 s at most),
+/// The load first runs unmeasured until 20,000 requests and 2 GiB of bodies are done and 20 s have passed (60 s at most),
 /// then one "warm" sample is taken and the measured <c>--seconds</c> start. Every
 /// <c>--sample-every</c> seconds the server process is sampled (/proc/PID/status, /proc/PID/fd,
 /// /_soak/stats) and one CSV row written.
@@ -38,6 +38,10 @@ public sealed class SoakClient
     private const long WarmupRequests = 20_000;
     private const long WarmupBodyBytes = 2048L * MiB;
     private static readonly TimeSpan s_warmupLimit = TimeSpan.FromSeconds(60);
+
+    // And at least this long: with Adaptive scheduling (the transport's default) the 2 GiB took 8 s in CI, and RSS went on
+    // climbing to Sockets' level for another 30 s (111 -> 164 MiB, Sockets 148 -> 164, live heap flat at 4-5.5 MiB).
+    private static readonly TimeSpan s_warmupMinimum = TimeSpan.FromSeconds(20);
     private static readonly TimeSpan s_smallTimeout = TimeSpan.FromSeconds(30);
     private static readonly TimeSpan s_largeTimeout = TimeSpan.FromSeconds(120);
     // No step outlives its deadline by much; a slower one is clamped to this rather than lost.
@@ -142,7 +146,8 @@ public sealed class SoakClient
         var warmupReached = false;
         while (clock.Elapsed < s_warmupLimit)
         {
-            if (Interlocked.Read(ref _requests) >= WarmupRequests && Interlocked.Read(ref _bodyBytes) >= WarmupBodyBytes)
+            if (Interlocked.Read(ref _requests) >= WarmupRequests && Interlocked.Read(ref _bodyBytes) >= WarmupBodyBytes
+                && clock.Elapsed >= s_warmupMinimum)
             {
                 warmupReached = true;
                 break;
