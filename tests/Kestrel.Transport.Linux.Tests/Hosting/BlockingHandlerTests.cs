@@ -17,8 +17,10 @@ namespace Kestrel.Transport.Linux.Tests.Hosting;
 /// bound: while a handler blocks for 2 s, bystanders finish every request before it returns. Sockets and
 /// ThreadPool scheduling meet them by running the app on pool threads; Adaptive scheduling runs it on the loop
 /// and must move the loop to another thread when it blocks, which the Adaptive case checks happened. Inline
-/// kinds are left out: never blocking is their contract.
+/// kinds are left out: never blocking is their contract. In the quiet collection: one case counts the process's loop
+/// threads, and with Adaptive the default, tests running beside it start loop threads of their own (22 were seen).
 /// </summary>
+[Collection(QuietProcess.Name)]
 public sealed class BlockingHandlerTests(ITestOutputHelper output)
 {
     private static readonly TimeSpan BlockFor = TimeSpan.FromSeconds(2);
