@@ -77,10 +77,6 @@ internal sealed class IdlePoll
         _allowancePercent = options.Tuning.IdlePollLatencyAllowancePercent;
     }
 
-    /// <summary>Whether the current epoch polls, and the window (tests and diagnostics).</summary>
-    public (bool Polling, double WindowMicroseconds, double PollCost, double SleepCost) State
-        => (_epochPolls, _window * 1e6 / Stopwatch.Frequency, _pollCost, _sleepCost);
-
     /// <summary>
     /// Waits for events, for at most <paramref name="timeout"/> ms (-1: no limit), polling first while that pays. The
     /// loop has already said it may sleep (<see cref="LoopWakeup.EnterWait"/>), so work posted during the poll also
