@@ -10,6 +10,7 @@ namespace Kestrel.Transport.Linux.Tests.Hosting;
 /// and endpoint, and refused hand-offs, demotions, connections that start on the pool, loop threads and standbys
 /// have instruments of their own; and first-use work (the JIT) on a cold start is no warning.
 /// </summary>
+[Collection(QuietProcess.Name)]
 public sealed class AdaptiveObservabilityTests(ITestOutputHelper output)
 {
     private const string Handoffs = "kestrel.transport.linux.loop.handoffs";

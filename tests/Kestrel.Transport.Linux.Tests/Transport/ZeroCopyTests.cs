@@ -23,6 +23,7 @@ namespace Kestrel.Transport.Linux.Tests.Transport;
 /// (<see cref="Engine"/> runs a test on each). The connection-level and host-level suites also run whole with
 /// zero-copy on (TransportKind.LinuxZeroCopy, LinuxIoUringZeroCopy); these tests look at what only it has.
 /// </summary>
+[Collection(QuietProcess.Name)]
 public sealed class ZeroCopyTests(ITestOutputHelper output)
 {
     private const string Sends = "kestrel.transport.linux.zerocopy.sends";
