@@ -78,12 +78,6 @@ internal sealed class TransportTuning
     public int AdaptiveCalmIntervalMilliseconds { get; set; } = 8;
 
     /// <summary>
-    /// Adaptive scheduling, an experiment: the app's awaits begun on a loop resume on that loop (a synchronization
-    /// context per connection), instead of on the thread pool.
-    /// </summary>
-    public bool AwaitsReturnToLoop { get; set; }
-
-    /// <summary>
     /// With Adaptive and Inline scheduling, the longest an idle loop polls before it sleeps (microseconds, 0..1000; 0:
     /// it never polls): the cap of the window <see cref="Loop.IdlePoll"/> grows and shrinks, in the epochs where polling
     /// has cost no more CPU per event than sleeping. Off: at 50 it gained 1.12-1.25x requests/s at 1-4 connections closed
@@ -161,7 +155,6 @@ internal sealed class TransportTuning
                 nameof(StandbyRetireMilliseconds) => SetInt(value, v => StandbyRetireMilliseconds = v),
                 nameof(LoopThreadLimit) => SetInt(value, v => LoopThreadLimit = v),
                 nameof(IdlePollMaxMicroseconds) => SetInt(value, v => IdlePollMaxMicroseconds = v),
-                nameof(AwaitsReturnToLoop) => SetBool(value, v => AwaitsReturnToLoop = v),
                 nameof(IdlePollLatencyAllowancePercent) => SetInt(value, v => IdlePollLatencyAllowancePercent = v),
                 nameof(LoopThreadCeiling) => SetInt(value, v => LoopThreadCeiling = v),
                 nameof(AdaptiveComputeDemotionMicroseconds) => SetInt(value, v => AdaptiveComputeDemotionMicroseconds = v),
@@ -186,7 +179,7 @@ internal sealed class TransportTuning
         nameof(ZeroCopyWhenKernelCopies), nameof(AdaptiveThresholdMicroseconds), nameof(AdaptiveRunningThresholdMicroseconds), nameof(AdaptiveIntervalMilliseconds),
         nameof(AdaptiveCalmIntervalMilliseconds), nameof(StandbyRetireMilliseconds), nameof(LoopThreadLimit), nameof(LoopThreadCeiling),
         nameof(AdaptiveComputeDemotionMicroseconds), nameof(AdaptivePassBudgetMicroseconds),
-        nameof(IdlePollMaxMicroseconds), nameof(IdlePollLatencyAllowancePercent), nameof(AwaitsReturnToLoop),
+        nameof(IdlePollMaxMicroseconds), nameof(IdlePollLatencyAllowancePercent),
     ];
 
     internal IEnumerable<string> Validate()

@@ -50,9 +50,6 @@ internal sealed class LoopContinuations(EventLoop loop, LoopMonitor monitor, Loo
     /// <summary>How long one pass runs continuations before it goes on to its scheduled work and sends (<see cref="Hosting.TransportTuning.AdaptivePassBudgetMicroseconds"/>).</summary>
     private readonly long _budgetTicks = loop.Options.Tuning.AdaptivePassBudgetMicroseconds * Stopwatch.Frequency / 1_000_000;
 
-    // Experiment (TransportTuning.AwaitsReturnToLoop): the app's awaits begun on the loop resume on it.
-    private readonly bool _awaitsReturn = loop.Options.Tuning.AwaitsReturnToLoop;
-
     // At most one "blocked the loop" warning per loop per 10 s; the ones in between are counted in the next.
     private readonly RateLimitedLog _blockedLog = new(TimeSpan.FromSeconds(10));
 
@@ -114,20 +111,6 @@ internal sealed class LoopContinuations(EventLoop loop, LoopMonitor monitor, Loo
     }
 
     /// <summary>
-    /// Any thread: a continuation of <paramref name="connection"/> that must run on this loop (an await begun on it
-    /// resumes, <see cref="AdaptiveScheduler.LoopContext"/>): queued, and the loop woken if it sleeps.
-    /// </summary>
-    public void QueueFromAnywhere(Action<object?> action, object? state, LinuxConnection connection)
-    {
-        _queue.Enqueue(new Continuation(action, state, connection));
-        Interlocked.MemoryBarrier(); // the enqueue before the read of the loop's state (LoopWakeup)
-        if (!loop.IsLoopThread)
-        {
-            wakeup.Wake();
-        }
-    }
-
-    /// <summary>
     /// The loop's thread: runs the continuations queued before this call, each one watched by the monitor, until the
     /// pass's budget is spent (the rest run next pass, after its accepts, receives and sends). False when the loop was
     /// taken from this thread while one ran: the caller must return at once.
@@ -150,11 +133,6 @@ internal sealed class LoopContinuations(EventLoop loop, LoopMonitor monitor, Loo
             long started = runner.BeginContinuation(work.Connection);
             Monitor.OnContinuationStarted();
             Exception? failure = null;
-            if (_awaitsReturn)
-            {
-                SynchronizationContext.SetSynchronizationContext(work.Connection.Scheduler?.LoopContext);
-            }
-
             try
             {
                 work.Run();
@@ -162,13 +140,6 @@ internal sealed class LoopContinuations(EventLoop loop, LoopMonitor monitor, Loo
             catch (Exception e)
             {
                 failure = e;
-            }
-            finally
-            {
-                if (_awaitsReturn)
-                {
-                    SynchronizationContext.SetSynchronizationContext(null);
-                }
             }
 
             // Before anything else: from here on either this thread holds the loop, or it must not touch it.

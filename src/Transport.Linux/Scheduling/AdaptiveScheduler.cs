@@ -71,40 +71,6 @@ internal sealed class AdaptiveScheduler : PipeScheduler
         }
     }
 
-    /// <summary>
-    /// Experiment (<see cref="Hosting.TransportTuning.AwaitsReturnToLoop"/>): the synchronization context the loop sets
-    /// while it runs this connection's continuations, so that the app's awaits begun there resume on the loop (posted to
-    /// it from the thread that completed them), or on the pool while the connection is demoted.
-    /// </summary>
-    public SynchronizationContext LoopContext => _loopContext ??= new ResumeOnLoop(this);
-
-    private ResumeOnLoop? _loopContext;
-
-    private sealed class ResumeOnLoop(AdaptiveScheduler scheduler) : SynchronizationContext
-    {
-        private static readonly Action<object?> s_invoke = static s => ((Posted)s!).Invoke();
-
-        public override void Post(SendOrPostCallback d, object? state)
-        {
-            var posted = new Posted(d, state);
-            if (scheduler.IsDemoted || scheduler._loop.Continuations is not { } continuations)
-            {
-                scheduler._pool.Schedule(s_invoke, posted);
-            }
-            else
-            {
-                continuations.QueueFromAnywhere(s_invoke, posted, scheduler._connection);
-            }
-        }
-
-        public override SynchronizationContext CreateCopy() => this;
-
-        private sealed class Posted(SendOrPostCallback callback, object? state)
-        {
-            public void Invoke() => callback(state);
-        }
-    }
-
     /// <summary>True while the connection runs on the pool because it blocked its loop.</summary>
     public bool IsDemoted
     {
