@@ -39,8 +39,7 @@ public sealed class SoakClient
     private const long WarmupBodyBytes = 2048L * MiB;
     private static readonly TimeSpan s_warmupLimit = TimeSpan.FromSeconds(60);
 
-    // And at least this long: with Adaptive scheduling (the transport's default) the 2 GiB took 8 s in CI, and RSS went on
-    // climbing to Sockets' level for another 30 s (111 -> 164 MiB, Sockets 148 -> 164, live heap flat at 4-5.5 MiB).
+    // And at least this long: with Adaptive scheduling the 2 GiB come sooner than RSS settles (soak.sh's header says by how much).
     private static readonly TimeSpan s_warmupMinimum = TimeSpan.FromSeconds(20);
     private static readonly TimeSpan s_smallTimeout = TimeSpan.FromSeconds(30);
     private static readonly TimeSpan s_largeTimeout = TimeSpan.FromSeconds(120);
