@@ -14,9 +14,10 @@ public sealed class AdaptiveDemotionTests(ITestOutputHelper output)
     /// <summary>
     /// Twenty connections each make five requests in a row that sleep 3 s. The first block of each is handed off and
     /// moves the connection to the pool; its later requests block there, each for longer than the demotion, and keep
-    /// it there. Twenty hand-offs, not one for every demotion that ran out under a block (about 80). The connections
-    /// start 40 ms apart, so that their first blocks are handed off one by one rather than met as a storm (which the
-    /// loop would spill without hand-offs: AdaptiveStormTests).
+    /// it there. Twenty hand-offs, not one for every demotion that ran out under a block (about 80). Each connection
+    /// starts once the one before has been handed off, and 60 ms after, so that their first blocks are handed off one by
+    /// one rather than met as a storm (three takes within 50 ms, which the loop would spill without hand-offs:
+    /// AdaptiveStormTests). Starts spaced by the clock alone (40 ms) once bunched on a loaded machine: 16 hand-offs.
     /// </summary>
     [Theory]
     [MemberData(nameof(AdaptiveTesting.Kinds), MemberType = typeof(AdaptiveTesting))]
@@ -36,16 +37,24 @@ public sealed class AdaptiveDemotionTests(ITestOutputHelper output)
 
         using var meter = new TaggedMeasurements(host);
         var connections = await AdaptiveTesting.WarmedAsync(host, Connections);
+        const string Handoffs = "kestrel.transport.linux.loop.handoffs";
         try
         {
-            await Task.WhenAll(connections.Select(async (c, n) =>
+            var blocking = new List<Task>();
+            foreach (var (c, n) in connections.Select((c, n) => (c, n)))
             {
-                await Task.Delay(n * 40);
-                for (int i = 0; i < Requests; i++)
+                blocking.Add(Task.Run(async () =>
                 {
-                    Assert.Equal("ok", await AdaptiveTesting.GetAsync(c, "/sleep", TestTimeouts.Default));
-                }
-            })).WaitAsync(TestTimeouts.Large);
+                    for (int i = 0; i < Requests; i++)
+                    {
+                        Assert.Equal("ok", await AdaptiveTesting.GetAsync(c, "/sleep", TestTimeouts.Default));
+                    }
+                }));
+                await AdaptiveTesting.WaitUntilAsync(() => meter.Sum(Handoffs) > n, TestTimeouts.Default, $"connection {n}'s first block to be handed off");
+                await Task.Delay(60);
+            }
+
+            await Task.WhenAll(blocking).WaitAsync(TestTimeouts.Large);
         }
         finally
         {
@@ -53,7 +62,7 @@ public sealed class AdaptiveDemotionTests(ITestOutputHelper output)
         }
 
         meter.Collect();
-        long handoffs = meter.Sum("kestrel.transport.linux.loop.handoffs");
+        long handoffs = meter.Sum(Handoffs);
         output.WriteLine($"{kind}: {handoffs} hand-offs for {Connections} connections making {Requests} blocking requests each");
         Assert.Equal(Connections, handoffs);
         await host.StopAsync();

@@ -54,7 +54,6 @@ public sealed class BlockingHandlerTests(ITestOutputHelper output)
     {
         var blocking = new TaskCompletionSource<string?>(TaskCreationOptions.RunContinuationsAsynchronously);
         long returnedAt = 0;
-        using var lockHolderReleased = new ManualResetEventSlim();
         object contended = new();
 
         await using var host = await StartAsync(kind, async context =>
@@ -81,7 +80,7 @@ public sealed class BlockingHandlerTests(ITestOutputHelper output)
                 Assert.Equal("ok", await client.GetStringAsync("/first"));
             }
 
-            Thread? lockHolder = how == Blocking.ContendedLock ? HoldLock(contended, lockHolderReleased) : null;
+            Thread? lockHolder = how == Blocking.ContendedLock ? HoldLock(contended, blocking.Task) : null;
             var blocked = blocker.GetStringAsync("/block");
             string? blockedThread = await blocking.Task.WaitAsync(TestTimeouts.Default);
             output.WriteLine($"{kind}: the handler blocks on thread '{blockedThread}'");
@@ -434,8 +433,13 @@ public sealed class BlockingHandlerTests(ITestOutputHelper output)
         }
     }
 
-    /// <summary>A thread that holds <paramref name="contended"/> for <see cref="BlockFor"/>, started once it holds it.</summary>
-    private static Thread HoldLock(object contended, ManualResetEventSlim released)
+    /// <summary>
+    /// A thread that holds <paramref name="contended"/> until <see cref="BlockFor"/> after the handler has reached the
+    /// lock (<paramref name="handlerBlocks"/>), started once it holds it. Counted from the handler's arrival, not from the
+    /// start, so that a handler that is slow to be scheduled (the pool on a loaded machine) still finds the lock taken:
+    /// once a 2 s hold counted from the start ran out first, and the handler went through an open lock.
+    /// </summary>
+    private static Thread HoldLock(object contended, Task handlerBlocks)
     {
         using var holding = new ManualResetEventSlim();
         var thread = new Thread(() =>
@@ -443,10 +447,9 @@ public sealed class BlockingHandlerTests(ITestOutputHelper output)
             lock (contended)
             {
                 holding.Set();
+                handlerBlocks.Wait(TestTimeouts.Large);
                 Thread.Sleep(BlockFor);
             }
-
-            released.Set();
         })
         { IsBackground = true };
         thread.Start();
