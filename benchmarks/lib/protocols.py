@@ -4,15 +4,18 @@ that Adaptive scheduling's be at least ThreadPool's).
   h2-json     h2load (nghttp2) over HTTP/2 with prior knowledge (h2c): GET /json, connections × streams;
   grpc-unary  h2load: POST to the sample's gRPC method (samples/TechEmpower/Protocols/EchoService.cs), each request
               one length-prefixed gRPC message, which the method echoes;
-  ws-echo     benchmarks/wsload: WebSocket connections, each sending a message and waiting for its echo.
+  ws-echo     benchmarks/wsload: WebSocket connections, each sending a message and waiting for its echo;
+  h1-4000, h1-pipelined-64
+              h2load over HTTP/1.1 (--h1): GET /plaintext over 4,000 keep-alive connections, and 64 connections with
+              16 requests pipelined on each (a client other than wrk, whose pipelining is a Lua script).
 
 Without TLS Kestrel serves an endpoint's default Http1AndHttp2 as HTTP/1.1 only, so the HTTP/2 scenarios run on a
-server started with --protocols http2, and ws-echo (an HTTP/1.1 upgrade) on one with Kestrel's default: each
-round starts two servers per configuration. The rest is the main phase's machinery, through the Runner (runner.py):
+server started with --protocols http2, and ws-echo (an HTTP/1.1 upgrade) and the h1- ones on one with Kestrel's
+default: each round starts two servers per configuration. The rest is the main phase's machinery, through the Runner (runner.py):
 pinned server and client, rotated rounds (--order paired: the round's servers side by side, each scenario measured
 on every one back to back), priming and warm-up, CPU from /proc over the window, other load and re-measurement,
 and every server verified before any load: /json's exact body over HTTP/2, a gRPC call's echo and grpc-status 0
-(curl), and WebSocket echoes (wsload).
+(curl), WebSocket echoes (wsload), and /plaintext over HTTP/1.1 (verify.py).
 """
 
 from __future__ import annotations
@@ -49,11 +52,18 @@ PROTOCOL_SCENARIOS = [
              "streams (h2load)", GRPC_PATH, 16, 16),
     Scenario("ws-echo", f"WebSocket echo of {WS_MESSAGE_BYTES}-byte messages, 16 connections, one message "
              "in flight each (wsload)", WS_PATH, 16),
+    Scenario("h1-4000", "plaintext over HTTP/1.1, 4,000 keep-alive connections (h2load --h1)", "/plaintext", 4000),
+    Scenario("h1-pipelined-64", "plaintext over HTTP/1.1, 64 connections × 16 requests pipelined (h2load --h1)",
+             "/plaintext", 64, 16),
 ]
 
 
 def protocol_of(scenario: Scenario) -> str:
-    return HTTP1 if scenario.path == WS_PATH else HTTP2
+    return HTTP1 if scenario.path == WS_PATH or scenario.name.startswith("h1-") else HTTP2
+
+
+def tool_of(scenario: Scenario) -> str:
+    return "wsload" if scenario.path == WS_PATH else "h2load"
 
 
 # ---- the load generators, each run returning (result in WRK_RESULT's shape or None, command, its CPU seconds) ----
@@ -76,6 +86,8 @@ def h2load_threads(runner: Runner, scenario: Scenario) -> int:
 def h2load_argv(runner: Runner, url: str, scenario: Scenario, seconds: float, frame: Path) -> list[str]:
     argv = ["taskset", "-c", runner.args.client_cpus, "h2load", "-c", str(scenario.connections),
             "-m", str(scenario.depth), "-t", str(h2load_threads(runner, scenario)), "-D", f"{seconds:g}"]
+    if protocol_of(scenario) == HTTP1:
+        argv.append("--h1")
     if scenario.path == GRPC_PATH:
         argv += ["-d", str(frame), "-H", "content-type: application/grpc", "-H", "te: trailers"]
     return argv + [url + scenario.path]
@@ -119,14 +131,15 @@ def wsload_argv(runner: Runner, port: int, scenario: Scenario, seconds: float) -
 def loader(runner: Runner, frame: Path):
     """run(url, scenario, seconds), the load of any scenario of the phase, for Runner.prime and Runner.measure."""
     def run(url: str, scenario: Scenario, seconds: float) -> tuple[dict | None, str, float]:
-        if protocol_of(scenario) == HTTP1:
+        if tool_of(scenario) == "wsload":
             argv = wsload_argv(runner, int(url.rsplit(":", 1)[1]), scenario, seconds)
             done, cpu = run_child(argv, seconds + 20)
             result = json.loads(done.stdout) if done and done.returncode == 0 and done.stdout.strip() else None
         else:
             argv = h2load_argv(runner, url, scenario, seconds, frame)
             done, cpu = run_child(argv, seconds + 20)
-            answer = len(GRPC_FRAME) if scenario.path == GRPC_PATH else len(JSON_HELLO)
+            answer = len(GRPC_FRAME) if scenario.path == GRPC_PATH else len(verify.HELLO) if protocol_of(
+                scenario) == HTTP1 else len(JSON_HELLO)
             result = h2load_result(done.stdout, answer) if done else None
         return result, shlex.join(argv), cpu
     return run
@@ -207,14 +220,20 @@ def open_server(runner: Runner, config: Config, protocol: str, todo: list[Scenar
         return None
     runner.check_interrupted()
     def check(server: MainServer, scenario: Scenario) -> tuple[str, str]:
-        return check_h2(server.url, scenario, frame) if protocol == HTTP2 else check_ws(runner, server, scenario)
+        if protocol == HTTP2:
+            return check_h2(server.url, scenario, frame)
+        if tool_of(scenario) == "wsload":
+            return check_ws(runner, server, scenario)
+        result = verify.verify(verify.Target.parse(server.url), [scenario.path])
+        state = result.state(scenario.path)
+        return ("bad", "; ".join(result.problems)) if state[0] == "ok" and result.problems else state
     return runner.open_server(config, "middleware", todo, round_no, phase="protocols", extra_args=extra_args,
                               check=check, run_load=loader(runner, frame))
 
 
 def measure(runner: Runner, server: MainServer, scenario: Scenario, round_no: int, frame: Path) -> bool:
     run = loader(runner, frame)
-    threads = 1 if protocol_of(scenario) == HTTP1 else h2load_threads(runner, scenario)
+    threads = 1 if tool_of(scenario) == "wsload" else h2load_threads(runner, scenario)
     return runner.measure("protocols", server.config.name, scenario, round_no, server.url, {"server": server.proc},
                           runner.args.warmup, runner.args.client_cpus, threads, len(runner.server_cpu_list),
                           {"hosting": "direct", "threads": None, "protocol": protocol_of(scenario)},
@@ -226,9 +245,9 @@ def phase_protocols(runner: Runner, scenarios: list[Scenario] = PROTOCOL_SCENARI
     todo = list(scenarios)
     for tool, hint in (("h2load", H2LOAD_HINT), ("curl", "apt-get install curl")):
         if not shutil.which(tool):
-            for s in [s for s in todo if protocol_of(s) == HTTP2]:
+            for s in [s for s in todo if tool_of(s) == "h2load"]:
                 runner.event("protocols", "*", "skipped", f"{tool} is not installed ({hint})", s.name)
-            todo = [s for s in todo if protocol_of(s) != HTTP2]
+            todo = [s for s in todo if tool_of(s) != "h2load"]
     runner.meta["protocols"] = {"scenarios": [s.as_dict() for s in todo], "order": args.order,
                                 "grpc_message_bytes": GRPC_MESSAGE_BYTES, "ws_message_bytes": WS_MESSAGE_BYTES,
                                 "h2load": h2load_version(), "baseline": args.baseline}

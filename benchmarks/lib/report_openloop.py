@@ -193,7 +193,7 @@ def protocols_section(data: dict) -> list[str]:
     baseline = protocols["baseline"]
     meta = data["meta"]
     paired_order = ", both windows seconds apart (`--order paired`)" if protocols.get("order") == "paired" else ""
-    lines = ["## HTTP/2, gRPC and WebSocket (closed loop)", "",
+    lines = ["## HTTP/2, gRPC, WebSocket and h2load's HTTP/1.1 (closed loop)", "",
              f"At saturation, as the main phase: the server pinned to CPU {meta.get('server_cpus')}, the load generator "
              f"to CPU {meta.get('client_cpus')}, each fresh server primed on its scenarios and each window warmed up "
              f"first. {protocols.get('h2load') or 'h2load (not installed: its scenarios were skipped)'} speaks HTTP/2 "
@@ -204,7 +204,8 @@ def protocols_section(data: dict) -> list[str]:
              "echoed) and in every window by the bytes that came back (*short*: answers without the message). "
              "benchmarks/wsload upgrades to WebSocket on a server with Kestrel's default and keeps one "
              f"{protocols['ws_message_bytes']}-byte message in flight per connection, each echo checked byte for "
-             "byte: **msgs/s**. **CPU µs/req** is the server's CPU time over the window per answer (per echo); "
+             "byte: **msgs/s**. The `h1-` scenarios are h2load with `--h1` on that server: GET /plaintext, its "
+             "body counted in every window. **CPU µs/req** is the server's CPU time over the window per answer (per echo); "
              "**Client CPU**, the load generator's share of its CPUs (² at ≥ 95%: it may be the limit). "
              f"**vs {baseline}**: the median over rounds of each round's ratio (min–max){paired_order}.", ""]
     names = []
