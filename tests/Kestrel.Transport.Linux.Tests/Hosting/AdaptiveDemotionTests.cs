@@ -7,8 +7,11 @@ namespace Kestrel.Transport.Linux.Tests.Hosting;
 /// Which connections Adaptive scheduling moves off the loop, and for how long (issue 38): one that blocked stays on the
 /// pool while it goes on blocking there, counted from when each block returns, so an endpoint that always blocks costs
 /// one hand-off per connection; one that computes for milliseconds at a time moves too, without a hand-off; and one
-/// pass runs continuations only so long before the loop's accepts, receives and sends.
+/// pass runs continuations only so long before the loop's accepts, receives and sends. In the quiet collection: its
+/// first case holds up to 20 pool threads asleep for 15 s, which starves the tests beside it, and its storm-free spacing
+/// and the second case's bounds need the loop's timing undisturbed.
 /// </summary>
+[Collection(QuietProcess.Name)]
 public sealed class AdaptiveDemotionTests(ITestOutputHelper output)
 {
     /// <summary>
