@@ -248,6 +248,14 @@ def phase_protocols(runner: Runner, scenarios: list[Scenario] = PROTOCOL_SCENARI
             for s in [s for s in todo if tool_of(s) == "h2load"]:
                 runner.event("protocols", "*", "skipped", f"{tool} is not installed ({hint})", s.name)
             todo = [s for s in todo if tool_of(s) != "h2load"]
+    if args.quick:
+        # h2load -c 4000 sometimes never exits, against Sockets too: the connections past the listen backlog connect
+        # after SYN retries, up to 2 s in, and such a run goes on sending past its duration. A full run records the
+        # lost window as failed and goes on; --quick, which fails on any, leaves the scenario out rather than fail CI
+        # on the load generator.
+        for s in [s for s in todo if s.name == "h1-4000"]:
+            runner.event("protocols", "*", "skipped", "not in --quick: h2load -c 4000 sometimes never exits", s.name)
+        todo = [s for s in todo if s.name != "h1-4000"]
     runner.meta["protocols"] = {"scenarios": [s.as_dict() for s in todo], "order": args.order,
                                 "grpc_message_bytes": GRPC_MESSAGE_BYTES, "ws_message_bytes": WS_MESSAGE_BYTES,
                                 "h2load": h2load_version(), "baseline": args.baseline}
