@@ -11,8 +11,8 @@ that Adaptive scheduling's be at least ThreadPool's).
 
 Without TLS Kestrel serves an endpoint's default Http1AndHttp2 as HTTP/1.1 only, so the HTTP/2 scenarios run on a
 server started with --protocols http2, and ws-echo (an HTTP/1.1 upgrade) and the h1- ones on one with Kestrel's
-default: each round starts two servers per configuration. The rest is the main phase's machinery, through the Runner (runner.py):
-pinned server and client, rotated rounds (--order paired: the round's servers side by side, each scenario measured
+default: each round starts two servers per configuration. The rest is the main phase's machinery, through the Runner
+(runner.py): pinned server and client, rotated rounds (--order paired: the round's servers side by side, each scenario measured
 on every one back to back), priming and warm-up, CPU from /proc over the window, other load and re-measurement,
 and every server verified before any load: /json's exact body over HTTP/2, a gRPC call's echo and grpc-status 0
 (curl), WebSocket echoes (wsload), and /plaintext over HTTP/1.1 (verify.py).
@@ -243,11 +243,13 @@ def measure(runner: Runner, server: MainServer, scenario: Scenario, round_no: in
 def phase_protocols(runner: Runner, scenarios: list[Scenario] = PROTOCOL_SCENARIOS) -> None:
     args = runner.args
     todo = list(scenarios)
-    for tool, hint in (("h2load", H2LOAD_HINT), ("curl", "apt-get install curl")):
+    # h2load runs the HTTP/2 and h1- scenarios; curl verifies the HTTP/2 ones.
+    for tool, hint, needs in (("h2load", H2LOAD_HINT, lambda s: tool_of(s) == "h2load"),
+                              ("curl", "apt-get install curl", lambda s: protocol_of(s) == HTTP2)):
         if not shutil.which(tool):
-            for s in [s for s in todo if tool_of(s) == "h2load"]:
+            for s in [s for s in todo if needs(s)]:
                 runner.event("protocols", "*", "skipped", f"{tool} is not installed ({hint})", s.name)
-            todo = [s for s in todo if tool_of(s) != "h2load"]
+            todo = [s for s in todo if not needs(s)]
     if args.quick:
         # h2load -c 4000 sometimes never exits, against Sockets too: the connections past the listen backlog connect
         # after SYN retries, up to 2 s in, and such a run goes on sending past its duration. A full run records the
