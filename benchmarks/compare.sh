@@ -46,13 +46,13 @@ if (( build )); then
 fi
 echo "compare: building benchmarks/ceiling, benchmarks/loadgen and benchmarks/wsload (gcc -O2)"
 gcc -O2 -Wall -Wextra -pthread -o artifacts/benchmarks/bin/ceiling benchmarks/ceiling/ceiling.c
-# loadgen speaks TLS with OpenSSL (-S): Debian's libssl-dev.
+# loadgen and wsload speak TLS with OpenSSL (-S): Debian's libssl-dev.
 if [[ ! -f /usr/include/openssl/ssl.h ]]; then
     echo "compare: OpenSSL's headers are missing (apt-get install libssl-dev; .ci/run lists the packages)" >&2
     exit 1
 fi
 gcc -O2 -Wall -Wextra -o artifacts/benchmarks/bin/loadgen benchmarks/loadgen/loadgen.c -lssl -lcrypto
-gcc -O2 -Wall -Wextra -o artifacts/benchmarks/bin/wsload benchmarks/wsload/wsload.c
+gcc -O2 -Wall -Wextra -o artifacts/benchmarks/bin/wsload benchmarks/wsload/wsload.c -lssl -lcrypto
 
 # The report quotes the command line as it was typed.
 COMPARE_INVOCATION=./benchmarks/compare.sh exec "$python" benchmarks/lib/compare.py "$@"

@@ -53,10 +53,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <openssl/err.h>
-#include <openssl/ssl.h>
-
 #include "target.h"
+#include "tls.h"
 
 // ---- histogram -------------------------------------------------------------------------------
 
@@ -541,8 +539,7 @@ static int conn_handshake(struct conn *c)
     st.err_tls++;
     if (st.err_tls == 1) {
         char text[256];
-        ERR_error_string_n(ERR_peek_error(), text, sizeof text);
-        fprintf(stderr, "loadgen: TLS handshake failed: %s\n", ERR_peek_error() ? text : strerror(errno));
+        fprintf(stderr, "loadgen: TLS handshake failed: %s\n", tls_error_text(err, text, sizeof text));
     }
     conn_reset(c);
     return -1;
@@ -668,16 +665,9 @@ int main(int argc, char **argv)
     }
 
     if (use_tls) {
-        tls = SSL_CTX_new(TLS_client_method());
+        tls = tls_client_context();   // no session kept or offered again: no handshake is an abbreviated one
         if (!tls)
-            die("SSL_CTX_new failed");
-        SSL_CTX_set_verify(tls, SSL_VERIFY_NONE, NULL);
-        // No session is kept or offered again, so no handshake is an abbreviated one.
-        SSL_CTX_set_session_cache_mode(tls, SSL_SESS_CACHE_OFF);
-        SSL_CTX_set_options(tls, SSL_OP_NO_TICKET);
-        static const unsigned char alpn[] = "\x08http/1.1";
-        if (SSL_CTX_set_alpn_protos(tls, alpn, sizeof alpn - 1) != 0)
-            die("SSL_CTX_set_alpn_protos failed");
+            die("OpenSSL could not make a TLS client context");
     }
     signal(SIGPIPE, SIG_IGN);
     prctl(PR_SET_TIMERSLACK, 1UL);   // the default 50 us slack would delay every scheduled send

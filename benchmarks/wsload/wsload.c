@@ -8,12 +8,17 @@
 // starts; echoes verified inside the window are the "requests". At the end each connection sends a
 // close frame and waits for the server's.
 //
+// With -S every connection speaks TLS (wss) before the upgrade: OpenSSL, the server's certificate not verified
+// (benchmark servers make theirs at start), SNI "localhost", ALPN http/1.1 (a WebSocket upgrade needs HTTP/1.1;
+// Kestrel also offers h2), TLS 1.2 or 1.3 as OpenSSL negotiates. The TLS handshakes are done before the clock
+// starts too, and a failed one before then stops wsload with OpenSSL's reason.
+//
 // One thread, level-triggered epoll. Output: one JSON line on stdout, in the shape of the WRK_RESULT
 // line of benchmarks/lib/pipeline.lua (requests, duration_us, bytes, errors, latency_us), so compare.py
 // reads it as it reads wrk's. Latencies are exact to the microsecond up to 100 ms.
 //
-// Build: gcc -O2 -Wall -Wextra -o wsload wsload.c
-// Run:   wsload -p PORT [-a 127.0.0.1] [-P /ws] [-c 16] [-d 3] [-s 32]
+// Build: gcc -O2 -Wall -Wextra -o wsload wsload.c -lssl -lcrypto     (Debian: libssl-dev)
+// Run:   wsload -p PORT [-a 127.0.0.1] [-P /ws] [-c 16] [-d 3] [-s 32] [-S]
 
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -34,6 +39,7 @@
 #include <unistd.h>
 
 #include "../loadgen/target.h"
+#include "../loadgen/tls.h"
 
 enum {
     MAX_MESSAGE = 1 << 20,
@@ -120,12 +126,15 @@ static void base64(const uint8_t *in, size_t len, char *out)
 
 // ---- connections -------------------------------------------------------------------------------
 
-enum state { CONNECTING, UPGRADING, OPEN, CLOSING, DONE };
+enum state { CONNECTING, HANDSHAKING, UPGRADING, OPEN, CLOSING, DONE };   // HANDSHAKING: TLS, -S only
 
 struct conn {
     int fd, index;
     enum state state;
     int want_out;                  // EPOLLOUT registered
+    SSL *ssl;                      // -S: the TLS session, from the TCP connect on
+    int read_wants_write;          // -S: the last SSL_read or SSL_do_handshake waits for the socket to take bytes
+    int write_wants_read;          // -S: the last SSL_write waits for bytes from the server (the out bytes stay)
     char accept[29];               // the Sec-WebSocket-Accept the server must answer
     uint8_t *out;                  // bytes to write: the upgrade request, a frame, a pong, the close frame
     size_t out_len, out_off, out_cap;
@@ -147,6 +156,7 @@ static char host[128];
 static const char *path = "/ws";
 static size_t size = 32;
 static int epoll_fd;
+static SSL_CTX *tls;                        // -S
 static struct errors err;
 static uint64_t window_start, window_end;   // echoes verified in [start, end) are counted
 static int stopping;                        // the window is over: a failed connection is not started again
@@ -168,6 +178,17 @@ static void set_events(struct conn *c, int op)
     struct epoll_event ev = { .events = EPOLLIN | (c->want_out ? EPOLLOUT : 0), .data.ptr = c };
     if (epoll_ctl(epoll_fd, op, c->fd, &ev) != 0)
         die("epoll_ctl: %s", strerror(errno));
+}
+
+// EPOLLOUT is wanted while bytes wait for the socket (without TLS; with it, unless SSL_write waits to read, which
+// EPOLLIN, always registered, reports), and while SSL_read or the handshake waits to write.
+static void update_out(struct conn *c)
+{
+    int want = c->read_wants_write || (c->state != HANDSHAKING && c->out_off < c->out_len && !c->write_wants_read);
+    if (want != c->want_out) {
+        c->want_out = want;
+        set_events(c, EPOLL_CTL_MOD);
+    }
 }
 
 // Makes room for len more bytes to write: out holds the upgrade request, or a message, a pong and a close frame.
@@ -218,6 +239,7 @@ static void conn_open(struct conn *c)
     setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     c->state = CONNECTING;
     c->want_out = 1;
+    c->read_wants_write = c->write_wants_read = 0;
     c->out_len = c->out_off = c->in_len = 0;
     c->in_flight = 0;
     if (connect(c->fd, (struct sockaddr *)&target, target_len) != 0 && errno != EINPROGRESS)
@@ -239,11 +261,26 @@ static void conn_open(struct conn *c)
     set_events(c, EPOLL_CTL_ADD);
 }
 
+// Closes the socket. -S: frees the TLS session, after a close_notify when the connection ended cleanly (best
+// effort: the server's is not waited for).
+static void conn_close(struct conn *c, int clean)
+{
+    if (c->ssl) {
+        if (clean) {
+            ERR_clear_error();
+            SSL_shutdown(c->ssl);
+        }
+        SSL_free(c->ssl);
+        c->ssl = NULL;
+    }
+    close(c->fd);
+}
+
 // Counts the failure and, until the window is over, starts the connection over (a new upgrade).
 static void conn_fail(struct conn *c, uint64_t *counter)
 {
     (*counter)++;
-    close(c->fd);
+    conn_close(c, 0);
     if (stopping)
         c->state = DONE;
     else
@@ -359,7 +396,7 @@ static int parse_frames(struct conn *c, uint64_t now)
             }
             c->state = DONE;
             epoll_ctl(epoll_fd, EPOLL_CTL_DEL, c->fd, NULL);
-            close(c->fd);
+            conn_close(c, 1);
             return -1;
         }
         if (opcode == 0x9) {   // ping: a pong with the same payload
@@ -391,10 +428,31 @@ static int parse_frames(struct conn *c, uint64_t now)
     return 0;
 }
 
-static void conn_write(struct conn *c)
+// -S: one SSL_write per TLS record (partial writes on). One that waits is called again with the same bytes, though
+// maybe more of them: the out buffer is only appended to while bytes wait. Returns 0, or -1 after conn_fail.
+static int write_tls(struct conn *c)
 {
-    if (c->state == CONNECTING || c->state == DONE)
-        return;
+    while (c->out_off < c->out_len) {
+        ERR_clear_error();
+        int w = SSL_write(c->ssl, c->out + c->out_off, (int)(c->out_len - c->out_off));
+        if (w > 0) {
+            c->write_wants_read = 0;
+            c->out_off += (size_t)w;
+            continue;
+        }
+        int e = SSL_get_error(c->ssl, w);
+        if (e != SSL_ERROR_WANT_READ && e != SSL_ERROR_WANT_WRITE) {
+            conn_fail(c, &err.write);
+            return -1;
+        }
+        c->write_wants_read = e == SSL_ERROR_WANT_READ;
+        break;
+    }
+    return 0;
+}
+
+static int write_plain(struct conn *c)
+{
     while (c->out_off < c->out_len) {
         ssize_t w = write(c->fd, c->out + c->out_off, c->out_len - c->out_off);
         if (w < 0 && errno == EINTR)
@@ -403,19 +461,78 @@ static void conn_write(struct conn *c)
             break;
         if (w < 0) {
             conn_fail(c, &err.write);
-            return;
+            return -1;
         }
         c->out_off += (size_t)w;
     }
-    int want = c->out_off < c->out_len;
-    if (want != c->want_out) {
-        c->want_out = want;
-        set_events(c, EPOLL_CTL_MOD);
+    return 0;
+}
+
+// Writes what is queued, as far as the socket takes it.
+static void conn_write(struct conn *c)
+{
+    if (c->state == CONNECTING || c->state == HANDSHAKING || c->state == DONE)
+        return;
+    if ((c->ssl ? write_tls(c) : write_plain(c)) == 0)
+        update_out(c);
+}
+
+// n more bytes arrived in c->in: the upgrade's answer, frames. Returns 0, or -1 after conn_fail or the end of a close.
+static int conn_received(struct conn *c, size_t n, uint64_t now)
+{
+    c->in_len += n;
+    if (now >= window_start && now < window_end)
+        bytes_in += (uint64_t)n;
+    if (c->state == UPGRADING) {
+        int upgraded = parse_upgrade(c);
+        if (upgraded < 0) {
+            conn_fail(c, &err.status);
+            return -1;
+        }
+        if (upgraded == 0)
+            return 0;
+        c->state = OPEN;
+        if (window_start && now < window_end)   // a connection started over during the window goes on
+            send_message(c, now);
     }
+    return parse_frames(c, now);
+}
+
+// -S: SSL_read until OpenSSL holds no more of what it took from the socket, which epoll would not report again (with
+// read-ahead off, OpenSSL's default, it takes at most the record it decrypts; the rest stays in the socket).
+static void read_tls(struct conn *c, uint64_t now)
+{
+    for (;;) {
+        ERR_clear_error();   // parse_frames leaves room: at most one partial frame stays in the buffer
+        int n = SSL_read(c->ssl, c->in + c->in_len, (int)(size + IN_SLACK - c->in_len));
+        if (n <= 0) {
+            int e = SSL_get_error(c->ssl, n);
+            if (e != SSL_ERROR_WANT_READ && e != SSL_ERROR_WANT_WRITE) {   // EOF (close_notify or not) or an error
+                conn_fail(c, c->state == CLOSING ? &err.close : &err.read);
+                return;
+            }
+            c->read_wants_write = e == SSL_ERROR_WANT_WRITE;
+            break;
+        }
+        c->read_wants_write = 0;
+        if (conn_received(c, (size_t)n, now) != 0)
+            return;
+        if (!SSL_has_pending(c->ssl))
+            break;
+    }
+    // What the frames queued (the next message, a pong), or a write that waited for this read.
+    if (c->out_off < c->out_len)
+        conn_write(c);
+    else
+        update_out(c);
 }
 
 static void conn_read(struct conn *c, uint64_t now)
 {
+    if (c->ssl) {
+        read_tls(c, now);
+        return;
+    }
     ssize_t n = read(c->fd, c->in + c->in_len, size + IN_SLACK - c->in_len);
     if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK))
         return;
@@ -423,23 +540,38 @@ static void conn_read(struct conn *c, uint64_t now)
         conn_fail(c, c->state == CLOSING ? &err.close : &err.read);
         return;
     }
-    c->in_len += (size_t)n;
-    if (now >= window_start && now < window_end)
-        bytes_in += (uint64_t)n;
-    if (c->state == UPGRADING) {
-        int upgraded = parse_upgrade(c);
-        if (upgraded < 0) {
-            conn_fail(c, &err.status);
-            return;
-        }
-        if (upgraded == 0)
-            return;
-        c->state = OPEN;
-        if (window_start && now < window_end)   // a connection started over during the window goes on
-            send_message(c, now);
-    }
-    if (parse_frames(c, now) == 0 && c->out_off < c->out_len)
+    if (conn_received(c, (size_t)n, now) == 0 && c->out_off < c->out_len)
         conn_write(c);
+}
+
+// -S: drives the TLS handshake on. Returns 1 once it is done (the connection is then UPGRADING), 0 while it waits for
+// the socket, -1 after conn_fail. A failure is a connect error, and the first is told on stderr; one of TLS itself
+// before the run (not a reset: a server that does not speak TLS on this port, say) stops wsload.
+static int conn_handshake(struct conn *c)
+{
+    ERR_clear_error();
+    int r = SSL_do_handshake(c->ssl);
+    if (r == 1) {
+        c->state = UPGRADING;
+        c->read_wants_write = 0;
+        return 1;
+    }
+    int e = SSL_get_error(c->ssl, r);
+    if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
+        c->read_wants_write = e == SSL_ERROR_WANT_WRITE;
+        update_out(c);
+        return 0;
+    }
+    char text[256];
+    const char *why = tls_error_text(e, text, sizeof text);
+    if (!window_start && e == SSL_ERROR_SSL)
+        die("the TLS handshake with %s failed: %s (does the server speak TLS on this port?)", host, why);
+    static int told;
+    if (!told++)
+        fprintf(stderr, "wsload: a TLS handshake with %s failed (a connect error): %s\n", host, why);
+    usleep(1000);   // no hot reconnect loop, as after a refused connect
+    conn_fail(c, &err.connect);
+    return -1;
 }
 
 static void conn_event(struct conn *c, uint32_t events, uint64_t now)
@@ -456,8 +588,21 @@ static void conn_event(struct conn *c, uint32_t events, uint64_t now)
         if (!(events & EPOLLOUT))
             return;
         c->state = UPGRADING;
+        if (tls) {
+            c->ssl = SSL_new(tls);
+            if (!c->ssl || SSL_set_fd(c->ssl, c->fd) != 1 || SSL_set_tlsext_host_name(c->ssl, "localhost") != 1)
+                die("SSL_new failed");
+            SSL_set_mode(c->ssl, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+            SSL_set_connect_state(c->ssl);
+            c->state = HANDSHAKING;
+        }
     }
-    if (events & (EPOLLIN | EPOLLHUP | EPOLLERR))
+    if (c->state == HANDSHAKING) {
+        if (conn_handshake(c) == 1)
+            conn_write(c);   // the upgrade request, queued since the connect
+        return;
+    }
+    if ((events & (EPOLLIN | EPOLLHUP | EPOLLERR)) || (c->read_wants_write && (events & EPOLLOUT)))
         conn_read(c, now);   // which writes what it queued, or starts the connection over
     else
         conn_write(c);
@@ -483,7 +628,7 @@ static void run(struct conn *conns, int count, uint64_t until, int (*waiting)(co
     }
 }
 
-static int not_open(const struct conn *c) { return c->state == CONNECTING || c->state == UPGRADING; }
+static int not_open(const struct conn *c) { return c->state < OPEN; }   // connecting, handshaking, upgrading
 static int not_done(const struct conn *c) { return c->state != DONE; }
 
 static void usage(void)
@@ -495,16 +640,18 @@ static void usage(void)
             "  -P PATH     the WebSocket endpoint (default /ws)\n"
             "  -c N        connections, each with one message in flight (default 16)\n"
             "  -d SECONDS  measured duration (default 3)\n"
-            "  -s BYTES    message size, 1 to %d (default 32)\n", MAX_MESSAGE);
+            "  -s BYTES    message size, 1 to %d (default 32)\n"
+            "  -S          TLS (wss): a TLS handshake before the upgrade; the certificate is not verified,\n"
+            "              SNI localhost, ALPN http/1.1\n", MAX_MESSAGE);
     exit(2);
 }
 
 int main(int argc, char **argv)
 {
     const char *address = "127.0.0.1";
-    int port = -1, connections = 16, opt;
+    int port = -1, connections = 16, opt, use_tls = 0;
     double duration = 3;
-    while ((opt = getopt(argc, argv, "a:p:P:c:d:s:h")) != -1) {
+    while ((opt = getopt(argc, argv, "a:p:P:c:d:s:Sh")) != -1) {
         switch (opt) {
         case 'a': address = optarg; break;
         case 'p': port = atoi(optarg); break;
@@ -512,6 +659,7 @@ int main(int argc, char **argv)
         case 'c': connections = atoi(optarg); break;
         case 'd': duration = atof(optarg); break;
         case 's': size = (size_t)atol(optarg); break;
+        case 'S': use_tls = 1; break;
         default: usage();
         }
     }
@@ -524,6 +672,8 @@ int main(int argc, char **argv)
     if (getrandom(&rng, sizeof rng, 0) != sizeof rng)
         die("getrandom: %s", strerror(errno));
     rng |= 1;
+    if (use_tls && !(tls = tls_client_context()))
+        die("OpenSSL could not make a TLS client context");
 
     signal(SIGPIPE, SIG_IGN);
     epoll_fd = epoll_create1(EPOLL_CLOEXEC);
@@ -566,7 +716,7 @@ int main(int argc, char **argv)
     for (int i = 0; i < connections; i++) {
         struct conn *c = &conns[i];
         if (c->state != OPEN) {   // still upgrading after a failure
-            close(c->fd);
+            conn_close(c, 0);
             c->state = DONE;
             continue;
         }
@@ -581,13 +731,15 @@ int main(int argc, char **argv)
     for (int i = 0; i < connections; i++) {
         if (conns[i].state == CLOSING) {
             err.close++;
-            close(conns[i].fd);
+            conn_close(&conns[i], 0);
         }
     }
 
     printf("{\"requests\": %llu, \"duration_us\": %llu, \"bytes\": %llu, \"connections\": %d, \"message_bytes\": %zu, ",
            (unsigned long long)requests, (unsigned long long)((window_end - window_start) / 1000),
            (unsigned long long)bytes_in, connections, size);
+    if (tls)
+        printf("\"tls\": true, ");
     printf("\"errors\": {\"connect\": %llu, \"read\": %llu, \"write\": %llu, \"status\": %llu, \"parse\": %llu, "
            "\"closed\": %llu, \"close\": %llu, \"timeout\": %llu}, ",
            (unsigned long long)err.connect, (unsigned long long)err.read, (unsigned long long)err.write,
