@@ -10,7 +10,8 @@ namespace TechEmpower.Tests.Endpoints;
 /// <summary>
 /// The sample with <c>--protocols http2</c>: HTTP/2 with prior knowledge (h2c), as h2load and gRPC clients speak it
 /// on a cleartext port, and the gRPC echo service through the real gRPC client (Grpc.Net.Client), one call alone,
-/// many multiplexed on one connection, and one larger than HTTP/2's flow-control windows.
+/// many multiplexed on one connection, and one larger than HTTP/2's flow-control windows; and its bidirectional
+/// streaming method, messages and echoes interleaved on one call and on many calls at once.
 /// </summary>
 /// <typeparam name="TFixture">The running sample.</typeparam>
 /// <param name="sample">The running sample.</param>
@@ -22,6 +23,7 @@ public abstract class Http2Endpoints<TFixture>(TFixture sample) : IClassFixture<
     // The wire contract, spelled out here rather than taken from the sample, so a change to it fails these tests.
     private static readonly Marshaller<byte[]> Bytes = Marshallers.Create(static m => m, static d => d);
     private static readonly Method<byte[], byte[]> Unary = new(MethodType.Unary, "techempower.Echo", "Unary", Bytes, Bytes);
+    private static readonly Method<byte[], byte[]> Bidi = new(MethodType.DuplexStreaming, "techempower.Echo", "Bidi", Bytes, Bytes);
 
     private TFixture Sample { get; } = sample;
 
@@ -89,6 +91,58 @@ public abstract class Http2Endpoints<TFixture>(TFixture sample) : IClassFixture<
 
         Assert.Equal(payload.Length, answer.Length);
         Assert.True(payload.AsSpan().SequenceEqual(answer), "The answer's bytes differ from the request's.");
+    }
+
+    /// <summary>
+    /// One bidirectional call, each message's echo read before the next is sent: sizes from empty (a 5-byte frame
+    /// with no payload) to one above 64 KiB (several DATA frames, more than HTTP/2's default stream window), each with
+    /// its own bytes; then the client ends its stream, and the call ends with OK and no further message.
+    /// </summary>
+    [Fact]
+    public async Task Grpc_bidi_call_echoes_each_message_in_order_until_the_client_ends_its_stream()
+    {
+        using var channel = Channel();
+        using var call = channel.CreateCallInvoker().AsyncDuplexStreamingCall(Bidi, null, Options());
+        int[] sizes = [5, 1_000, 0, 1, 100_000, 16_385, 64];
+
+        for (var n = 0; n < sizes.Length; n++)
+        {
+            var message = Enumerable.Range(0, sizes[n]).Select(i => (byte)((i + (31 * n) + 1) % 251)).ToArray();
+            await call.RequestStream.WriteAsync(message);
+
+            Assert.True(await call.ResponseStream.MoveNext(), $"The call ended before the echo of message {n} ({message.Length} bytes).");
+            var echo = call.ResponseStream.Current;
+            Assert.Equal(message.Length, echo.Length);
+            Assert.True(message.AsSpan().SequenceEqual(echo), $"The echo of message {n} ({message.Length} bytes) differs from it.");
+        }
+
+        await call.RequestStream.CompleteAsync();
+        Assert.False(await call.ResponseStream.MoveNext(), "A message came after the client ended its stream.");
+        Assert.Equal(StatusCode.OK, call.GetStatus().StatusCode);
+    }
+
+    /// <summary>Sixteen bidirectional calls at once on one connection, each getting only its own echoes, in order.</summary>
+    [Fact]
+    public async Task Sixteen_concurrent_bidi_calls_on_one_connection_each_get_their_own_echoes()
+    {
+        using var channel = Channel();
+        var invoker = channel.CreateCallInvoker();
+
+        await Task.WhenAll(Enumerable.Range(0, 16).Select(async c =>
+        {
+            using var call = invoker.AsyncDuplexStreamingCall(Bidi, null, Options());
+            for (var n = 0; n < 20; n++)
+            {
+                var message = Encoding.ASCII.GetBytes($"call {c:D2} message {n:D2} " + new string((char)('a' + c), (c * 97) + n));
+                await call.RequestStream.WriteAsync(message);
+                Assert.True(await call.ResponseStream.MoveNext(), $"Call {c} ended before the echo of message {n}.");
+                Assert.Equal(message, call.ResponseStream.Current);
+            }
+
+            await call.RequestStream.CompleteAsync();
+            Assert.False(await call.ResponseStream.MoveNext(), $"Call {c} had a message after the client ended its stream.");
+            Assert.Equal(StatusCode.OK, call.GetStatus().StatusCode);
+        }));
     }
 
     [Fact]
