@@ -158,7 +158,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--baseline", default="sockets", help="configuration the ratios are relative to")
     p.add_argument("--phases", default="main,latency,hosting,sweep",
                    help=f"phases to run, comma-separated, of {','.join(PHASES)} (default main,latency,hosting,sweep)")
-    p.add_argument("--scenarios", help="comma-separated subset of the main scenarios")
+    p.add_argument("--scenarios", help="comma-separated subset of the scenarios of the main, protocols and tls phases: "
+                   "each of those phases runs the ones named of its own")
     p.add_argument("--order", choices=("blocks", "paired"), default="blocks",
                    help="main, fixed and protocols phases: blocks (default) runs one server at a time through all "
                         "its scenarios; paired starts every configuration's server of a round at once (all pinned "
@@ -208,10 +209,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
             p.error(f"--runtimes: unknown runtime {runtime!r}; known: {', '.join(RUNTIME_LAYOUTS)}")
     args.scenarios = set(args.scenarios.split(",")) if args.scenarios else None
     if args.scenarios:
-        unknown = args.scenarios - {s.name for s in saturated.main_scenarios(quick=False) + saturated.few_connection_scenarios()}
+        known = [s.name for s in saturated.main_scenarios(quick=False) + saturated.few_connection_scenarios()
+                 + protocols.PROTOCOL_SCENARIOS + tls.TLS_SCENARIOS]
+        unknown = args.scenarios - set(known)
         if unknown:
-            p.error(f"unknown scenario(s) {sorted(unknown)}; known: "
-                    + ", ".join(s.name for s in saturated.main_scenarios(quick=False)))
+            p.error(f"unknown scenario(s) {sorted(unknown)}; known: " + ", ".join(known))
     args.hosting = (args.hosting or ("direct,nginx-tcp" if quick else "direct,nginx-tcp,nginx-unix,caddy")).split(",")
     args.hosting_transports = args.hosting_transports.split(",")
     args.sweep_transports = args.sweep_transports.split(",")

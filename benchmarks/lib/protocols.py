@@ -4,6 +4,8 @@ that Adaptive scheduling's be at least ThreadPool's).
   h2-json     h2load (nghttp2) over HTTP/2 with prior knowledge (h2c): GET /json, connections × streams;
   grpc-unary  h2load: POST to the sample's gRPC method (samples/TechEmpower/Protocols/EchoService.cs), each request
               one length-prefixed gRPC message, which the method echoes;
+  grpc-bidi   benchmarks/nodeload (Node's node:http2, the stack undici's HTTP/2 client is built on): bidirectional
+              streaming calls to the same service, each keeping one message in flight and checking its echo;
   ws-echo     benchmarks/wsload: WebSocket connections, each sending a message and waiting for its echo;
   h1-4000, h1-pipelined-64
               h2load over HTTP/1.1 (--h1): GET /plaintext over 4,000 keep-alive connections, and 64 connections with
@@ -15,7 +17,8 @@ default: each round starts two servers per configuration. The rest is the main p
 (runner.py): pinned server and client, rotated rounds (--order paired: the round's servers side by side, each scenario measured
 on every one back to back), priming and warm-up, CPU from /proc over the window, other load and re-measurement,
 and every server verified before any load: /json's exact body over HTTP/2, a gRPC call's echo and grpc-status 0
-(curl), WebSocket echoes (wsload), and /plaintext over HTTP/1.1 (verify.py).
+(curl), streamed echoes (nodeload), WebSocket echoes (wsload), and /plaintext over HTTP/1.1 (verify.py). The tls
+phase (tls.py) runs the same load generators over TLS.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from model import Config, MainServer, Scenario
 from runner import Runner
 
 GRPC_PATH = "/techempower.Echo/Unary"
+GRPC_BIDI_PATH = "/techempower.Echo/Bidi"
 GRPC_MESSAGE = b"TechEmpower gRPC unary payload"                 # 30 bytes
 GRPC_MESSAGE_BYTES = len(GRPC_MESSAGE)
 # A gRPC message on the wire: a compressed flag (0) and a 4-byte big-endian length before the bytes.
@@ -41,6 +45,8 @@ WS_PATH = "/ws"
 WS_MESSAGE_BYTES = 32
 HTTP2, HTTP1 = "http2", "http1"            # which server a scenario runs on: --protocols http2, or Kestrel's default
 H2LOAD_HINT = "apt-get install nghttp2-client"
+NODE_HINT = "apt-get install nodejs"
+NODELOAD = Path(__file__).resolve().parents[1] / "nodeload" / "nodeload.mjs"
 
 
 # At saturation: depth is the requests in flight per connection (HTTP/2 streams, or the one WebSocket message each
@@ -50,6 +56,8 @@ PROTOCOL_SCENARIOS = [
              "/json", 16, 16),
     Scenario("grpc-unary", f"gRPC unary call echoing {GRPC_MESSAGE_BYTES} bytes, 16 connections × 16 "
              "streams (h2load)", GRPC_PATH, 16, 16),
+    Scenario("grpc-bidi", f"gRPC bidirectional streaming, echoes of {WS_MESSAGE_BYTES} bytes, 4 connections × 16 "
+             "calls, one message in flight each (nodeload)", GRPC_BIDI_PATH, 4, 16),
     Scenario("ws-echo", f"WebSocket echo of {WS_MESSAGE_BYTES}-byte messages, 16 connections, one message "
              "in flight each (wsload)", WS_PATH, 16),
     Scenario("h1-4000", "plaintext over HTTP/1.1, 4,000 keep-alive connections (h2load --h1)", "/plaintext", 4000),
@@ -63,7 +71,16 @@ def protocol_of(scenario: Scenario) -> str:
 
 
 def tool_of(scenario: Scenario) -> str:
-    return "wsload" if scenario.path == WS_PATH else "h2load"
+    return {WS_PATH: "wsload", GRPC_BIDI_PATH: "nodeload"}.get(scenario.path, "h2load")
+
+
+def missing_tools(scenarios: list[Scenario], tool_of, needs_curl) -> list[tuple[Scenario, str]]:
+    """(scenario, why it cannot run here) for each scenario whose load generator or verifier is not installed."""
+    needs = [("h2load", H2LOAD_HINT, lambda s: tool_of(s) == "h2load"),
+             ("node", NODE_HINT, lambda s: tool_of(s) == "nodeload"),
+             ("curl", "apt-get install curl", needs_curl)]
+    return [(s, f"{tool} is not installed ({hint})") for tool, hint, need in needs if not shutil.which(tool)
+            for s in scenarios if need(s)]
 
 
 # ---- the load generators, each run returning (result in WRK_RESULT's shape or None, command, its CPU seconds) ----
@@ -123,18 +140,38 @@ def duration_us(text: str) -> float:
     raise ValueError(f"not an h2load duration: {text!r}")
 
 
-def wsload_argv(runner: Runner, port: int, scenario: Scenario, seconds: float) -> list[str]:
-    return ["taskset", "-c", runner.args.client_cpus, str(runner.wsload), "-p", str(port), "-P", scenario.path,
-            "-c", str(scenario.connections), "-d", f"{seconds:g}", "-s", str(WS_MESSAGE_BYTES)]
+def wsload_argv(runner: Runner, url: str, scenario: Scenario, seconds: float) -> list[str]:
+    return ["taskset", "-c", runner.args.client_cpus, str(runner.wsload), "-p", url.rsplit(":", 1)[1], "-P",
+            scenario.path, "-c", str(scenario.connections), "-d", f"{seconds:g}", "-s", str(WS_MESSAGE_BYTES)] + (
+        ["-S"] if url.startswith("https://") else [])
+
+
+def nodeload_argv(runner: Runner, url: str, scenario: Scenario, seconds: float) -> list[str]:
+    """GET requests of scenario.path (a /download/{kib} answer checked byte for byte), or, on the gRPC streaming
+    method, one message in flight per call: connections × depth requests or calls."""
+    argv = ["taskset", "-c", runner.args.client_cpus, "node", str(NODELOAD), "--url", url, "--path", scenario.path,
+            "-c", str(scenario.connections), "-m", str(scenario.depth), "-d", f"{seconds:g}"]
+    if scenario.path == GRPC_BIDI_PATH:
+        return argv + ["--mode", "grpc-bidi", "--size", str(WS_MESSAGE_BYTES)]
+    argv += ["--mode", "get"]
+    if scenario.path.startswith("/download/"):
+        argv += ["--expect-bytes", str(int(scenario.path.rsplit("/", 1)[1]) * 1024)]
+    return argv
+
+
+def run_json_tool(argv: list[str], seconds: float) -> tuple[dict | None, float]:
+    """wsload's or nodeload's run: its one JSON line (WRK_RESULT's shape), or None, and its CPU seconds."""
+    done, cpu = run_child(argv, seconds + 20)
+    ok = done is not None and done.returncode == 0 and done.stdout.strip()
+    return (json.loads(done.stdout) if ok else None), cpu
 
 
 def loader(runner: Runner, frame: Path):
     """run(url, scenario, seconds), the load of any scenario of the phase, for Runner.prime and Runner.measure."""
     def run(url: str, scenario: Scenario, seconds: float) -> tuple[dict | None, str, float]:
-        if tool_of(scenario) == "wsload":
-            argv = wsload_argv(runner, int(url.rsplit(":", 1)[1]), scenario, seconds)
-            done, cpu = run_child(argv, seconds + 20)
-            result = json.loads(done.stdout) if done and done.returncode == 0 and done.stdout.strip() else None
+        if tool_of(scenario) in ("wsload", "nodeload"):
+            argv = (wsload_argv if tool_of(scenario) == "wsload" else nodeload_argv)(runner, url, scenario, seconds)
+            result, cpu = run_json_tool(argv, seconds)
         else:
             argv = h2load_argv(runner, url, scenario, seconds, frame)
             done, cpu = run_child(argv, seconds + 20)
@@ -191,20 +228,27 @@ def check_h2(url: str, scenario: Scenario, frame: Path) -> tuple[str, str]:
     return ("bad", f"{what}: " + "; ".join(problems)) if problems else ("ok", "")
 
 
-def check_ws(runner: Runner, server: MainServer, scenario: Scenario) -> tuple[str, str]:
-    """A short wsload run on one connection: every echo verified, the closing handshake answered."""
-    argv = wsload_argv(runner, server.port, scenario, 0.2)
+def check_tool(runner: Runner, server: MainServer, scenario: Scenario) -> tuple[str, str]:
+    """A short wsload or nodeload run on one connection (one stream): every echo or answer verified by the tool, the
+    closing handshake answered. A path the build does not serve is "missing": wsload's upgrade answered 404, or
+    nodeload's every answer a wrong status (a gRPC method the service lacks answers grpc-status 12)."""
+    tool = tool_of(scenario)
+    argv = (wsload_argv if tool == "wsload" else nodeload_argv)(runner, server.url, scenario, 0.2)
     argv[argv.index("-c") + 1] = "1"
+    if "-m" in argv:
+        argv[argv.index("-m") + 1] = "1"
     done, _ = run_child(argv, 15)
     if done is None:
-        return "bad", "wsload timed out"
+        return "bad", f"{tool} timed out"
     if done.returncode != 0:
         reason = done.stderr.strip()[-200:]
         return ("missing" if "HTTP/1.1 404" in reason else "bad"), f"{scenario.path}: {reason}"
     result = json.loads(done.stdout)
     errors = {k: v for k, v in result["errors"].items() if v}
+    if result["requests"] == 0 and set(errors) == {"status"}:
+        return "missing", f"{scenario.path}: every answer had the wrong status ({tool}: not served by this build)"
     if errors or result["requests"] == 0:
-        return "bad", f"{scenario.path}: {result['requests']} echoes, errors {errors}"
+        return "bad", f"{scenario.path}: {result['requests']} answers, errors {errors}"
     return "ok", ""
 
 
@@ -220,10 +264,10 @@ def open_server(runner: Runner, config: Config, protocol: str, todo: list[Scenar
         return None
     runner.check_interrupted()
     def check(server: MainServer, scenario: Scenario) -> tuple[str, str]:
+        if tool_of(scenario) in ("wsload", "nodeload"):
+            return check_tool(runner, server, scenario)
         if protocol == HTTP2:
             return check_h2(server.url, scenario, frame)
-        if tool_of(scenario) == "wsload":
-            return check_ws(runner, server, scenario)
         result = verify.verify(verify.Target.parse(server.url), [scenario.path])
         state = result.state(scenario.path)
         return ("bad", "; ".join(result.problems)) if state[0] == "ok" and result.problems else state
@@ -233,7 +277,7 @@ def open_server(runner: Runner, config: Config, protocol: str, todo: list[Scenar
 
 def measure(runner: Runner, server: MainServer, scenario: Scenario, round_no: int, frame: Path) -> bool:
     run = loader(runner, frame)
-    threads = 1 if tool_of(scenario) == "wsload" else h2load_threads(runner, scenario)
+    threads = h2load_threads(runner, scenario) if tool_of(scenario) == "h2load" else 1
     return runner.measure("protocols", server.config.name, scenario, round_no, server.url, {"server": server.proc},
                           runner.args.warmup, runner.args.client_cpus, threads, len(runner.server_cpu_list),
                           {"hosting": "direct", "threads": None, "protocol": protocol_of(scenario)},
@@ -242,14 +286,12 @@ def measure(runner: Runner, server: MainServer, scenario: Scenario, round_no: in
 
 def phase_protocols(runner: Runner, scenarios: list[Scenario] = PROTOCOL_SCENARIOS) -> None:
     args = runner.args
-    todo = list(scenarios)
-    # h2load runs the HTTP/2 and h1- scenarios; curl verifies the HTTP/2 ones.
-    for tool, hint, needs in (("h2load", H2LOAD_HINT, lambda s: tool_of(s) == "h2load"),
-                              ("curl", "apt-get install curl", lambda s: protocol_of(s) == HTTP2)):
-        if not shutil.which(tool):
-            for s in [s for s in todo if needs(s)]:
-                runner.event("protocols", "*", "skipped", f"{tool} is not installed ({hint})", s.name)
-            todo = [s for s in todo if not needs(s)]
+    todo = [s for s in scenarios if not args.scenarios or s.name in args.scenarios]
+    # h2load runs the HTTP/2 and h1- scenarios, and curl verifies the HTTP/2 ones it runs; node runs nodeload.
+    for s, why in missing_tools(todo, tool_of, lambda s: tool_of(s) == "h2load" and protocol_of(s) == HTTP2):
+        if s in todo:
+            runner.event("protocols", "*", "skipped", why, s.name)
+            todo.remove(s)
     if args.quick:
         # h2load -c 4000 sometimes never exits, against Sockets too: the connections past the listen backlog connect
         # after SYN retries, up to 2 s in, and such a run goes on sending past its duration. A full run records the

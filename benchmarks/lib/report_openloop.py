@@ -202,6 +202,8 @@ def protocols_section(data: dict) -> list[str]:
              f"`grpc-unary` posts one gRPC message of {protocols['grpc_message_bytes']} bytes (its length prefix "
              "before it) per call to the sample's echo method, verified once with curl (grpc-status 0, the message "
              "echoed) and in every window by the bytes that came back (*short*: answers without the message). "
+             "`grpc-bidi` is benchmarks/nodeload (Node's `node:http2`): bidirectional streaming calls to the same "
+             "service, each keeping one message in flight and checking its echo byte for byte: **msgs/s**. "
              "benchmarks/wsload upgrades to WebSocket on a server with Kestrel's default and keeps one "
              f"{protocols['ws_message_bytes']}-byte message in flight per connection, each echo checked byte for "
              "byte: **msgs/s**. The `h1-` scenarios are h2load with `--h1` on that server: GET /plaintext, its "
@@ -210,7 +212,7 @@ def protocols_section(data: dict) -> list[str]:
              f"**vs {baseline}**: the median over rounds of each round's ratio (min–max){paired_order}.", ""]
     names = []
     for s in protocols["scenarios"]:
-        unit = "msgs/s" if s["path"] == "/ws" else "req/s"
+        unit = "msgs/s" if s["path"] in ("/ws", "/techempower.Echo/Bidi") else "req/s"
         lines += [f"### {s['name']}: {s['title']}", ""] + closed_loop_table(data, "protocols", s, unit, baseline, names)
     return lines + not_measured(data, "protocols", names)
 

@@ -44,10 +44,16 @@ def tls_section(data: dict) -> list[str]:
              f"{meta.get('client_cpus')}. Every server listens on `https://` with the sample's self-signed "
              "certificate (ALPN h2 and http/1.1), is verified over TLS first, and serves one scenario: a fresh server "
              "per scenario and round, primed on it, so the counters it prints at exit are that scenario's. "
+             + ("Paired order: each round starts every configuration's server for a scenario side by side and "
+                "measures them back to back. " if tls.get("order") == "paired" else
+                "One server runs at a time, in rotated order. ")
+             + 
              "`https-json-256` is wrk over TLS; `https-churn-64` is benchmarks/loadgen with `-S -k -C`: each request "
              "on a new connection, and no session kept, so every connection is a **full handshake** (wrk and h2load "
-             "resume a session when they reconnect); `h2-tls-json` is "
-             f"{tls.get('h2load') or 'h2load'} with ALPN h2. **Full handshakes/req**: loadgen's count of handshakes "
+             "resume a session when they reconnect); `h2-tls-json` and `grpc-tls-unary` are "
+             f"{tls.get('h2load') or 'h2load'} with ALPN h2; `h2-tls-download` is benchmarks/nodeload (Node's "
+             "`node:http2`, the stack undici's HTTP/2 client uses), every byte checked; `ws-tls-echo` is "
+             "benchmarks/wsload with `-S`. **Full handshakes/req**: loadgen's count of handshakes "
              "that resumed no session, per answer (1.00 for churn). **Loop counters**: each `loop.` counter of the "
              "transport's meter from the server's exit line, and the connections it accepted, per request / per "
              "connection the load generators opened, over the server's life (priming and warm-ups included); under "
