@@ -304,12 +304,16 @@ def estimate_seconds(args: argparse.Namespace, configs: list[Config]) -> float:
         per_round += len(kestrel) * len(args.blocking_how) * (
             start + args.warmup_first + args.blocking_warmup + openloop.BLOCK_LEAD_S + args.blocking_ms / 1000 + openloop.BLOCK_TAIL_S
             + loadgen_overhead)
+    def picked(scenarios: list[Scenario]) -> list[Scenario]:
+        return [s for s in scenarios if not args.scenarios or s.name in args.scenarios]
     if "protocols" in args.phases:
-        # Two servers per configuration (HTTP/2 only, then HTTP/1.1 for the WebSocket upgrade), each primed.
-        per_round += len(kestrel) * (2 * (start + args.warmup_first) + windows(protocols.PROTOCOL_SCENARIOS))
+        # A server per protocol and configuration (HTTP/2 only; HTTP/1.1 for the WebSocket upgrade), each primed.
+        chosen = picked(protocols.PROTOCOL_SCENARIOS)
+        servers = len({protocols.protocol_of(s) for s in chosen})
+        per_round += len(kestrel) * (servers * (start + args.warmup_first) + windows(chosen))
     if "tls" in args.phases:
         # A fresh server per scenario, primed on it.
-        per_round += len(kestrel) * sum(start + args.warmup_first + windows([s]) for s in tls.TLS_SCENARIOS)
+        per_round += len(kestrel) * sum(start + args.warmup_first + windows([s]) for s in picked(tls.TLS_SCENARIOS))
     return per_round * args.rounds + calibration
 
 
