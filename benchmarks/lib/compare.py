@@ -161,10 +161,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--scenarios", help="comma-separated subset of the scenarios of the main, protocols and tls phases: "
                    "each of those phases runs the ones named of its own")
     p.add_argument("--order", choices=("blocks", "paired"), default="blocks",
-                   help="main, fixed and protocols phases: blocks (default) runs one server at a time through all "
-                        "its scenarios; paired starts every configuration's server of a round at once (all pinned "
-                        "to the server CPUs, one loaded at a time) and measures each scenario on each of them back "
-                        "to back, so a slow period of the machine falls on both sides of a ratio")
+                   help="main, fixed, protocols and tls phases: blocks (default) runs one server at a time through "
+                        "all its scenarios; paired starts every configuration's server of a round (in tls, of a "
+                        "scenario) at once (all pinned to the server CPUs, one loaded at a time) and measures each "
+                        "scenario on each of them back to back, so a slow period of the machine falls on both sides "
+                        "of a ratio")
     p.add_argument("--hosting", help="hosting models (default direct,nginx-tcp,nginx-unix,caddy; "
                    "--quick direct,nginx-tcp); caddy-unix is also available")
     p.add_argument("--hosting-transports", default="linux,sockets")
