@@ -63,7 +63,11 @@ public sealed class DispatchQueueTests : IDisposable
             {
                 if (TimeSpan.FromTicks((clock.ElapsedTicks - waitingSince) * TimeSpan.TicksPerSecond / Stopwatch.Frequency) > Release)
                 {
-                    Assert.Fail($"continuation {i} of {Count} never ran: it was left in the queue with no batch scheduled ({Volatile.Read(ref ran.Value)} ran)");
+                    // Which side lost it: a batch still flagged as scheduled, with the pool holding work items, is the
+                    // thread pool not running a queued item; no batch scheduled is this queue's own race.
+                    Assert.Fail($"continuation {i} of {Count} never ran ({Volatile.Read(ref ran.Value)} ran); batch scheduled or running: " +
+                                $"{queue.IsActive}; the thread pool: {ThreadPool.PendingWorkItemCount} work items pending, {ThreadPool.ThreadCount} threads, " +
+                                $"{ThreadPool.CompletedWorkItemCount} completed");
                 }
 
                 Thread.SpinWait(1);
