@@ -159,6 +159,10 @@ def nodeload_argv(runner: Runner, url: str, scenario: Scenario, seconds: float) 
     return argv
 
 
+# The load generators that print one JSON line in WRK_RESULT's shape: their argv(runner, url, scenario, seconds).
+JSON_TOOLS = {"wsload": wsload_argv, "nodeload": nodeload_argv}
+
+
 def run_json_tool(argv: list[str], seconds: float) -> tuple[dict | None, float]:
     """wsload's or nodeload's run: its one JSON line (WRK_RESULT's shape), or None, and its CPU seconds."""
     done, cpu = run_child(argv, seconds + 20)
@@ -169,8 +173,8 @@ def run_json_tool(argv: list[str], seconds: float) -> tuple[dict | None, float]:
 def loader(runner: Runner, frame: Path):
     """run(url, scenario, seconds), the load of any scenario of the phase, for Runner.prime and Runner.measure."""
     def run(url: str, scenario: Scenario, seconds: float) -> tuple[dict | None, str, float]:
-        if tool_of(scenario) in ("wsload", "nodeload"):
-            argv = (wsload_argv if tool_of(scenario) == "wsload" else nodeload_argv)(runner, url, scenario, seconds)
+        if tool_of(scenario) in JSON_TOOLS:
+            argv = JSON_TOOLS[tool_of(scenario)](runner, url, scenario, seconds)
             result, cpu = run_json_tool(argv, seconds)
         else:
             argv = h2load_argv(runner, url, scenario, seconds, frame)
@@ -228,14 +232,13 @@ def check_h2(url: str, scenario: Scenario, frame: Path) -> tuple[str, str]:
     return ("bad", f"{what}: " + "; ".join(problems)) if problems else ("ok", "")
 
 
-def check_tool(runner: Runner, server: MainServer, scenario: Scenario) -> tuple[str, str]:
+def check_tool(runner: Runner, server: MainServer, scenario: Scenario, tool: str) -> tuple[str, str]:
     """A short wsload or nodeload run on one connection (one stream): every echo or answer verified by the tool, the
     closing handshake answered. A path the build does not serve is "missing": wsload's upgrade answered 404, or
     nodeload's every answer a wrong status (a gRPC method the service lacks answers grpc-status 12). nodeload gets
-    a second: its first request is sent on the clock, and a fresh server's first 256 KiB over TLS took over 0.2 s."""
-    tool = tool_of(scenario)
-    argv = (wsload_argv if tool == "wsload" else nodeload_argv)(runner, server.url, scenario,
-                                                                 0.2 if tool == "wsload" else 1.0)
+    a second: its first request is sent on the clock, and a fresh server's first 256 KiB over TLS took over 0.2 s.
+    tool: the phase's name for the scenario's load generator, a key of JSON_TOOLS."""
+    argv = JSON_TOOLS[tool](runner, server.url, scenario, 0.2 if tool == "wsload" else 1.0)
     argv[argv.index("-c") + 1] = "1"
     if "-m" in argv:
         argv[argv.index("-m") + 1] = "1"
@@ -266,8 +269,8 @@ def open_server(runner: Runner, config: Config, protocol: str, todo: list[Scenar
         return None
     runner.check_interrupted()
     def check(server: MainServer, scenario: Scenario) -> tuple[str, str]:
-        if tool_of(scenario) in ("wsload", "nodeload"):
-            return check_tool(runner, server, scenario)
+        if tool_of(scenario) in JSON_TOOLS:
+            return check_tool(runner, server, scenario, tool_of(scenario))
         if protocol == HTTP2:
             return check_h2(server.url, scenario, frame)
         result = verify.verify(verify.Target.parse(server.url), [scenario.path])

@@ -81,9 +81,8 @@ def loader(runner: Runner, tally: dict, frame: Path):
             answer = protocols.GRPC_FRAME if scenario.path == protocols.GRPC_PATH else protocols.JSON_HELLO
             result = protocols.h2load_result(done.stdout, len(answer)) if h2 else None
             command, connections = shlex.join(argv), scenario.connections
-        elif tool in ("nodeload", "wsload"):
-            argv = (protocols.nodeload_argv if tool == "nodeload" else protocols.wsload_argv)(runner, url, scenario,
-                                                                                               seconds)
+        elif tool in protocols.JSON_TOOLS:
+            argv = protocols.JSON_TOOLS[tool](runner, url, scenario, seconds)
             result, cpu = protocols.run_json_tool(argv, seconds)
             command, connections = shlex.join(argv), scenario.connections
         else:
@@ -106,7 +105,7 @@ def checker(runner: Runner, frame: Path):
     def check(server: MainServer, scenario: Scenario) -> tuple[str, str]:
         if tool_of(scenario) == "h2load":
             return protocols.check_h2(server.url, scenario, frame)
-        return protocols.check_tool(runner, server, scenario)
+        return protocols.check_tool(runner, server, scenario, tool_of(scenario))
     return check
 
 
@@ -121,7 +120,7 @@ class ScenarioServer:
         if (config.name, scenario.path) in runner.unsupported or runner.skip(config, "middleware https"):
             return
         runner.check_interrupted()
-        check = checker(runner, frame) if tool_of(scenario) in ("h2load", "nodeload", "wsload") else None
+        check = None if tool_of(scenario) in ("wrk", "loadgen") else checker(runner, frame)
         self.server = runner.open_server(config, "middleware", [scenario], round_no, phase="tls", tls=True,
                                          check=check, run_load=self.run)
 

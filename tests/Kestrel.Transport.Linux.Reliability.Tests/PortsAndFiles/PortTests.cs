@@ -139,30 +139,33 @@ public sealed class PortTests(ITestOutputHelper output)
     /// </summary>
     private static async Task<bool> WaitForTimeWaitRoomAsync()
     {
-        var limit = long.Parse(File.ReadAllText("/proc/sys/net/ipv4/tcp_max_tw_buckets").Trim(), CultureInfo.InvariantCulture);
-        if (TimeWaitCount() < limit * 8 / 10)
+        var room = TimeWaitLimit() * 8 / 10;
+        if (TimeWaitCount() < room)
         {
             return false;
         }
 
         var deadline = DateTime.UtcNow + TimeSpan.FromSeconds(70);
-        while (TimeWaitCount() >= limit * 8 / 10 && DateTime.UtcNow < deadline)
+        while (TimeWaitCount() >= room && DateTime.UtcNow < deadline)
         {
             await Task.Delay(500);
         }
 
-        return TimeWaitCount() < limit * 8 / 10;
+        return TimeWaitCount() < room;
     }
 
     /// <summary>The "tw" figure of /proc/net/sockstat's TCP line: this network namespace's sockets in TIME_WAIT.</summary>
     private static long TimeWaitCount()
     {
-        var fields = File.ReadLines("/proc/net/sockstat").First(l => l.StartsWith("TCP:", StringComparison.Ordinal)).Split(' ', StringSplitOptions.RemoveEmptyEntries);
+        var fields = SockstatTcp().Split(' ', StringSplitOptions.RemoveEmptyEntries);
         return long.Parse(fields[Array.IndexOf(fields, "tw") + 1], CultureInfo.InvariantCulture);
     }
 
-    /// <summary>The TCP line of /proc/net/sockstat (sockets in use, orphans, TIME_WAIT) and the TIME_WAIT limit.</summary>
-    private static string SocketSummary()
-        => $"{File.ReadLines("/proc/net/sockstat").FirstOrDefault(l => l.StartsWith("TCP:", StringComparison.Ordinal))}; " +
-           $"tcp_max_tw_buckets {File.ReadAllText("/proc/sys/net/ipv4/tcp_max_tw_buckets").Trim()}";
+    private static long TimeWaitLimit() => long.Parse(File.ReadAllText("/proc/sys/net/ipv4/tcp_max_tw_buckets").Trim(), CultureInfo.InvariantCulture);
+
+    /// <summary>The TCP line of /proc/net/sockstat: sockets in use, orphans, TIME_WAIT.</summary>
+    private static string SockstatTcp() => File.ReadLines("/proc/net/sockstat").First(l => l.StartsWith("TCP:", StringComparison.Ordinal));
+
+    /// <summary>The TCP line of /proc/net/sockstat and the TIME_WAIT limit.</summary>
+    private static string SocketSummary() => $"{SockstatTcp()}; tcp_max_tw_buckets {TimeWaitLimit()}";
 }
