@@ -14,7 +14,9 @@ namespace Kestrel.Transport.Linux.Tests.Hosting;
 /// <summary>
 /// An app that blocks a thread must not stall the other connections of its loop. Every server here has one
 /// loop, so all connections share it. Each expectation is a functional fact with a wide margin, never a timing
-/// bound: while a handler blocks for 2 s, bystanders finish every request before it returns. Sockets and
+/// bound: while a handler blocks, bystanders finish every request before it returns. The test, not a clock, ends the
+/// block once the bystanders are done (or after 30 s), so a test thread the machine schedules late cannot start them
+/// after the block has run out. Sockets and
 /// ThreadPool scheduling meet them by running the app on pool threads; Adaptive scheduling runs it on the loop
 /// and must move the loop to another thread when it blocks, which the Adaptive case checks happened. Inline
 /// kinds are left out: never blocking is their contract. In the quiet collection: one case counts the process's loop
@@ -23,7 +25,7 @@ namespace Kestrel.Transport.Linux.Tests.Hosting;
 [Collection(QuietProcess.Name)]
 public sealed class BlockingHandlerTests(ITestOutputHelper output)
 {
-    private static readonly TimeSpan BlockFor = TimeSpan.FromSeconds(2);
+    private static readonly TimeSpan MostBlock = TestTimeouts.Default;
     private const int Bystanders = 8;
     private const int RequestsPerBystander = 5;
 
@@ -53,6 +55,7 @@ public sealed class BlockingHandlerTests(ITestOutputHelper output)
     public async Task Bystanders_on_the_same_loop_are_answered_while_a_handler_blocks(TransportKind kind, Blocking how)
     {
         var blocking = new TaskCompletionSource<string?>(TaskCreationOptions.RunContinuationsAsynchronously);
+        var release = new TaskCompletionSource(TaskCreationOptions.RunContinuationsAsynchronously);
         long returnedAt = 0;
         object contended = new();
 
@@ -61,7 +64,7 @@ public sealed class BlockingHandlerTests(ITestOutputHelper output)
             if (context.Request.Path == "/block")
             {
                 blocking.TrySetResult(Thread.CurrentThread.Name);
-                Block(how, contended);
+                Block(how, contended, release.Task);
                 Volatile.Write(ref returnedAt, Stopwatch.GetTimestamp());
             }
 
@@ -80,7 +83,7 @@ public sealed class BlockingHandlerTests(ITestOutputHelper output)
                 Assert.Equal("ok", await client.GetStringAsync("/first"));
             }
 
-            Thread? lockHolder = how == Blocking.ContendedLock ? HoldLock(contended, blocking.Task) : null;
+            Thread? lockHolder = how == Blocking.ContendedLock ? HoldLock(contended, release.Task) : null;
             var blocked = blocker.GetStringAsync("/block");
             string? blockedThread = await blocking.Task.WaitAsync(TestTimeouts.Default);
             output.WriteLine($"{kind}: the handler blocks on thread '{blockedThread}'");
@@ -96,6 +99,7 @@ public sealed class BlockingHandlerTests(ITestOutputHelper output)
                 }
             })).WaitAsync(TestTimeouts.Large);
 
+            release.TrySetResult();
             Assert.Equal("ok", await blocked.WaitAsync(TestTimeouts.Large));
             lockHolder?.Join();
             long returned = Volatile.Read(ref returnedAt);
@@ -112,6 +116,7 @@ public sealed class BlockingHandlerTests(ITestOutputHelper output)
         }
         finally
         {
+            release.TrySetResult();
             clients.ForEach(c => c.Dispose());
         }
 
@@ -414,15 +419,21 @@ public sealed class BlockingHandlerTests(ITestOutputHelper output)
         public readonly long Nanoseconds;
     }
 
-    private static void Block(Blocking how, object contended)
+    /// <summary>Blocks the calling thread in the way <paramref name="how"/> names until <paramref name="release"/> completes, or <see cref="MostBlock"/> has passed.</summary>
+    private static void Block(Blocking how, object contended, Task release)
     {
         switch (how)
         {
             case Blocking.Sleep:
-                Thread.Sleep(BlockFor);
+                var started = Stopwatch.GetTimestamp();
+                while (!release.IsCompleted && Stopwatch.GetElapsedTime(started) < MostBlock)
+                {
+                    Thread.Sleep(20);
+                }
+
                 break;
             case Blocking.TaskResult:
-                _ = Task.Delay(BlockFor).ContinueWith(_ => 1, TaskScheduler.Default).Result;
+                _ = release.WaitAsync(MostBlock).ContinueWith(_ => 1, TaskScheduler.Default).Result;
                 break;
             case Blocking.ContendedLock:
                 lock (contended)
@@ -434,12 +445,11 @@ public sealed class BlockingHandlerTests(ITestOutputHelper output)
     }
 
     /// <summary>
-    /// A thread that holds <paramref name="contended"/> until <see cref="BlockFor"/> after the handler has reached the
-    /// lock (<paramref name="handlerBlocks"/>), started once it holds it. Counted from the handler's arrival, not from the
-    /// start, so that a handler that is slow to be scheduled (the pool on a loaded machine) still finds the lock taken:
-    /// once a 2 s hold counted from the start ran out first, and the handler went through an open lock.
+    /// A thread that holds <paramref name="contended"/> until <paramref name="release"/> completes (or
+    /// <see cref="MostBlock"/> has passed), returned once it holds it. Released by the test, never by a clock, so a
+    /// handler that is slow to be scheduled (the pool on a loaded machine) still finds the lock taken.
     /// </summary>
-    private static Thread HoldLock(object contended, Task handlerBlocks)
+    private static Thread HoldLock(object contended, Task release)
     {
         using var holding = new ManualResetEventSlim();
         var thread = new Thread(() =>
@@ -447,8 +457,7 @@ public sealed class BlockingHandlerTests(ITestOutputHelper output)
             lock (contended)
             {
                 holding.Set();
-                handlerBlocks.Wait(TestTimeouts.Large);
-                Thread.Sleep(BlockFor);
+                release.Wait(MostBlock);
             }
         })
         { IsBackground = true };
