@@ -80,17 +80,18 @@ internal sealed class TransportTuning
     /// <summary>
     /// With Adaptive and Inline scheduling, the longest an idle loop polls before it sleeps (microseconds, 0..1000; 0:
     /// it never polls): the cap of the window <see cref="Loop.IdlePoll"/> grows and shrinks, in the epochs where polling
-    /// has cost no more CPU per event than sleeping. Off: at 50 it gained 1.12-1.25x requests/s at 1-4 connections closed
-    /// loop, but cost 1.10x CPU per request at 5% and 1.22x at 25% of Sockets' saturated rate, open loop on .NET 11
-    /// (docs/performance.md), where the default is to be cheapest.
+    /// has cost no more CPU per event than sleeping. Off until measured on both runtimes: at 50, with explorations that
+    /// thin out (<see cref="Loop.IdlePollChoice"/>), it gained 1.27x requests/s at 2 connections closed loop on .NET 11
+    /// and cost 0.96x and 1.04x CPU per request at 5% and 25% of Sockets' saturated rate, open loop
+    /// (docs/benchmarks/adaptive-default.md); its first version had cost 1.10x and 1.22x there.
     /// </summary>
     public int IdlePollMaxMicroseconds { get; set; }
 
     /// <summary>
     /// How much more CPU per event (percent, 0..100) a poll may cost than a sleep and still be chosen, while the loop is
-    /// not saturated: it answers sooner.
+    /// not saturated: it answers sooner. 0, so that the poll is chosen only where it is the cheaper way to wait.
     /// </summary>
-    public int IdlePollLatencyAllowancePercent { get; set; } = 10;
+    public int IdlePollLatencyAllowancePercent { get; set; }
 
     /// <summary>Adaptive scheduling: how long a standby thread waits for a loop to take over before it exits (milliseconds).</summary>
     public int StandbyRetireMilliseconds { get; set; } = 20_000;

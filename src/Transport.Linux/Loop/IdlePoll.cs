@@ -17,12 +17,11 @@ namespace Kestrel.Transport.Linux.Loop;
 /// and a loop that polls picks up each request alone, where one that slept would have found several and handled them
 /// in one pass: at 16 connections polling cost 8% more CPU per request.</para>
 /// <para>So the loop measures instead of guessing. It runs in epochs of <see cref="EpochTicks"/> of activity; every
-/// epoch reads the thread's CPU time (one system call) and counts the events its waits returned. Most epochs run the
-/// mode that has cost less CPU per event lately (an average over recent epochs of each mode), and one in
-/// <see cref="ExploreEvery"/> runs the other, so both estimates stay current. Polling wins when it costs no more per
-/// event, or, while the loop is not saturated (so CPU is not what limits it), up to
-/// <see cref="Hosting.TransportTuning.IdlePollLatencyAllowancePercent"/> more: a poll also answers sooner. An idle
-/// loop blocks and counts nothing: no epoch, no poll, no wake-up.</para>
+/// epoch reads the thread's CPU time (one system call) and counts the events its waits returned, and
+/// <see cref="IdlePollChoice"/> picks the next epoch's mode from those costs: the cheaper one per event, with the
+/// other tried now and then. Polling wins when it costs no more per event, or, while the loop is not saturated (so CPU
+/// is not what limits it), up to <see cref="Hosting.TransportTuning.IdlePollLatencyAllowancePercent"/> more: a poll
+/// also answers sooner. An idle loop blocks and counts nothing: no epoch, no poll, no wake-up.</para>
 /// <para>Within a polling epoch the window follows Linux's <c>cpuidle-haltpoll</c> governor
 /// (<c>guest_halt_poll_ns</c>): after a sleep that ended within the cap a longer window would have caught the work,
 /// so it grows (doubling, from a quarter of the cap); after a sleep longer than the cap it halves, to nothing. A poll
@@ -37,32 +36,20 @@ internal sealed class IdlePoll
     /// <summary>An epoch with fewer events says little about a mode's cost per event, and a loop that quiet needs no poll.</summary>
     private const int MinEpochEvents = 64;
 
-    /// <summary>One epoch in this many runs the mode that costs more, to keep its estimate current.</summary>
-    private const int ExploreEvery = 8;
-
-    /// <summary>A loop busy this share of its time or more (in percent) is saturated: CPU per event alone decides.</summary>
-    private const int SaturatedPercent = 90;
-
     private readonly IoEngine _engine;
     private readonly Func<bool> _hasWork;
     private readonly long _fixedTicks;
     private readonly long _capTicks;
     private readonly long _startTicks;
-    private readonly int _allowancePercent;
+    private readonly IdlePollChoice _choice;
 
     // The window while polling (0: the next wait does not poll), and the epoch under way.
     private long _window;
     private bool _epochPolls;
-    private int _epochs;
     private long _epochStart;
     private long _epochCpu;
     private long _epochEvents;
     private long _epochSlept;
-
-    // Recent CPU per event of each mode (nanoseconds; 0 until measured), and the busy share of the last sleeping epoch.
-    private double _pollCost;
-    private double _sleepCost;
-    private int _busyPercent;
 
     public IdlePoll(IoEngine engine, LinuxTransportOptions options, Func<bool> hasWork)
     {
@@ -74,7 +61,7 @@ internal sealed class IdlePoll
         bool runsRequests = options.ApplicationSchedulingMode != ApplicationSchedulingMode.ThreadPool;
         _capTicks = runsRequests ? options.Tuning.IdlePollMaxMicroseconds * Stopwatch.Frequency / 1_000_000 : 0;
         _startTicks = Math.Max(1, _capTicks / 4);
-        _allowancePercent = options.Tuning.IdlePollLatencyAllowancePercent;
+        _choice = new IdlePollChoice(options.Tuning.IdlePollLatencyAllowancePercent);
     }
 
     /// <summary>
@@ -166,32 +153,16 @@ internal sealed class IdlePoll
         long cpu = LibC.ThreadCpuNanoseconds();
         long elapsed = now - _epochStart;
         bool measured = _epochCpu > 0 && cpu > _epochCpu && _epochEvents >= MinEpochEvents && _epochStart != 0;
-        if (measured)
-        {
-            double cost = (double)(cpu - _epochCpu) / _epochEvents;
-            if (_epochPolls)
-            {
-                _pollCost = _pollCost == 0 ? cost : (0.75 * _pollCost) + (0.25 * cost);
-            }
-            else
-            {
-                _sleepCost = _sleepCost == 0 ? cost : (0.75 * _sleepCost) + (0.25 * cost);
-                _busyPercent = (int)Math.Clamp(100 * (elapsed - _epochSlept) / Math.Max(1, elapsed), 0, 100);
-            }
-        }
-
+        double? cost = measured ? (double)(cpu - _epochCpu) / _epochEvents : null;
+        int busyPercent = (int)Math.Clamp(100 * (elapsed - _epochSlept) / Math.Max(1, elapsed), 0, 100);
         bool quiet = !measured && _epochStart != 0 && _epochEvents < MinEpochEvents;
-        _epochs++;
         _epochStart = now;
         _epochCpu = cpu;
         _epochEvents = 0;
         _epochSlept = 0;
 
-        bool pollPays = _pollCost > 0 && _sleepCost > 0
-            && _pollCost * 100 <= _sleepCost * (_busyPercent >= SaturatedPercent ? 100 : 100 + _allowancePercent);
-        bool unknown = _pollCost == 0 || _sleepCost == 0;
-        bool explore = _epochs % ExploreEvery == 0;
-        bool polls = !quiet && (unknown ? _epochs % 2 == 0 : pollPays != explore);
+        _choice.EndEpoch(cost, busyPercent, quiet);
+        bool polls = _choice.Polls;
         if (polls && !_epochPolls)
         {
             _window = _startTicks;
