@@ -15,7 +15,7 @@ public sealed class IdlePollChoiceTests
     public void Where_polling_costs_twice_as_much_it_is_tried_ever_more_rarely()
     {
         var choice = new IdlePollChoice(allowancePercent: 10);
-        var polled = Run(choice, 4_000, _ => SleepCost * 2);
+        var polled = Run(choice, 4_000, SleepCost * 2);
 
         // After the first two epochs, which measure each way once, polling is only ever an exploration.
         int first = polled.Take(2_000).Count(p => p);
@@ -29,7 +29,7 @@ public sealed class IdlePollChoiceTests
     public void Where_polling_costs_half_as_much_most_epochs_poll_and_sleeping_is_tried_ever_more_rarely()
     {
         var choice = new IdlePollChoice(allowancePercent: 0);
-        var polled = Run(choice, 2_000, _ => SleepCost / 2);
+        var polled = Run(choice, 2_000, SleepCost / 2);
 
         Assert.Equal(IdlePollChoice.LastExploreEvery, choice.ExploreEvery);
         Assert.True(polled.Skip(1_000).Count(p => !p) <= (1_000 / IdlePollChoice.LastExploreEvery) + 1);
@@ -39,13 +39,13 @@ public sealed class IdlePollChoiceTests
     public void When_polling_becomes_cheap_after_losing_for_long_the_next_exploration_changes_the_choice()
     {
         var choice = new IdlePollChoice(allowancePercent: 0);
-        Run(choice, 2_000, _ => SleepCost * 2);
+        Run(choice, 2_000, SleepCost * 2);
         Assert.False(choice.Polls);
         Assert.Equal(IdlePollChoice.LastExploreEvery, choice.ExploreEvery);
 
         // From now on a poll costs half a sleep. The next exploration, at most LastExploreEvery epochs away, measures
         // it, and from then on the loop polls but for its own explorations of sleeping.
-        var polled = Run(choice, IdlePollChoice.LastExploreEvery * 3, _ => SleepCost / 2);
+        var polled = Run(choice, IdlePollChoice.LastExploreEvery * 3, SleepCost / 2);
         int firstPoll = polled.IndexOf(true);
         Assert.InRange(firstPoll, 0, IdlePollChoice.LastExploreEvery - 1);
         var after = polled.Skip(firstPoll).Take(IdlePollChoice.LastExploreEvery).ToList();
@@ -57,17 +57,17 @@ public sealed class IdlePollChoiceTests
     {
         // Polling costs 5% more per event: within a 10% allowance while the loop is a quarter busy, not when saturated.
         var relaxed = new IdlePollChoice(allowancePercent: 10);
-        Assert.True(Run(relaxed, 1_000, _ => SleepCost * 1.05).Skip(500).Count(p => p) > 450);
+        Assert.True(Run(relaxed, 1_000, SleepCost * 1.05).Skip(500).Count(p => p) > 450);
 
         var saturated = new IdlePollChoice(allowancePercent: 10);
-        Assert.True(Run(saturated, 1_000, _ => SleepCost * 1.05, busy: 95).Skip(500).Count(p => !p) > 450);
+        Assert.True(Run(saturated, 1_000, SleepCost * 1.05, busy: 95).Skip(500).Count(p => !p) > 450);
     }
 
     [Fact]
     public void A_quiet_epoch_never_polls_and_an_unmeasured_one_leaves_the_estimates_alone()
     {
         var choice = new IdlePollChoice(allowancePercent: 0);
-        Run(choice, 100, _ => SleepCost / 2);
+        Run(choice, 100, SleepCost / 2);
         Assert.True(choice.Polls);
         double pollCost = choice.PollCost;
 
@@ -77,17 +77,17 @@ public sealed class IdlePollChoiceTests
     }
 
     /// <summary>
-    /// Runs <paramref name="epochs"/> epochs: each one that polls costs <paramref name="pollCost"/> per event (given the
-    /// epoch's number), each one that sleeps <see cref="SleepCost"/>. Returns whether each polled.
+    /// Runs <paramref name="epochs"/> epochs: each one that polls costs <paramref name="pollCost"/> per event, each one
+    /// that sleeps <see cref="SleepCost"/>. Returns whether each polled.
     /// </summary>
-    private static List<bool> Run(IdlePollChoice choice, int epochs, Func<int, double> pollCost, int busy = Busy)
+    private static List<bool> Run(IdlePollChoice choice, int epochs, double pollCost, int busy = Busy)
     {
         var polled = new List<bool>(epochs);
         for (int i = 0; i < epochs; i++)
         {
             bool polls = choice.Polls;
             polled.Add(polls);
-            choice.EndEpoch(polls ? pollCost(i) : SleepCost, busy, quiet: false);
+            choice.EndEpoch(polls ? pollCost : SleepCost, busy, quiet: false);
         }
 
         return polled;
