@@ -88,8 +88,8 @@ internal sealed class TransportTuning
     public int IdlePollMaxMicroseconds { get; set; }
 
     /// <summary>
-    /// How much more CPU per event (percent, 0..100) a poll may cost than a sleep and still be chosen, while the loop is
-    /// not saturated: it answers sooner. 0, so that the poll is chosen only where it is the cheaper way to wait.
+    /// How much more CPU per event (percent, 0..100) a poll may cost than a sleep and still be chosen (a saturated loop
+    /// never polls): it answers sooner. 0, so that the poll is chosen only where it is the cheaper way to wait.
     /// </summary>
     public int IdlePollLatencyAllowancePercent { get; set; }
 

@@ -19,9 +19,9 @@ namespace Kestrel.Transport.Linux.Loop;
 /// <para>So the loop measures instead of guessing. It runs in epochs of <see cref="EpochTicks"/> of activity; every
 /// epoch reads the thread's CPU time (one system call) and counts the events its waits returned, and
 /// <see cref="IdlePollChoice"/> picks the next epoch's mode from those costs: the cheaper one per event, with the
-/// other tried now and then. Polling wins when it costs no more per event, or, while the loop is not saturated (so CPU
-/// is not what limits it), up to <see cref="Hosting.TransportTuning.IdlePollLatencyAllowancePercent"/> more: a poll
-/// also answers sooner. An idle loop blocks and counts nothing: no epoch, no poll, no wake-up.</para>
+/// other tried now and then. Polling wins when it costs no more per event (or up to
+/// <see cref="Hosting.TransportTuning.IdlePollLatencyAllowancePercent"/> more: a poll also answers sooner), and never
+/// while the loop is saturated. An idle loop blocks and counts nothing: no epoch, no poll, no wake-up.</para>
 /// <para>Within a polling epoch the window follows Linux's <c>cpuidle-haltpoll</c> governor
 /// (<c>guest_halt_poll_ns</c>): after a sleep that ended within the cap a longer window would have caught the work,
 /// so it grows (doubling, from a quarter of the cap); after a sleep longer than the cap it halves, to nothing. A poll

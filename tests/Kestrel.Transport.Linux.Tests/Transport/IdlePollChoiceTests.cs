@@ -53,14 +53,27 @@ public sealed class IdlePollChoiceTests
     }
 
     [Fact]
-    public void The_latency_allowance_holds_only_below_saturation()
+    public void A_saturated_loop_never_polls_even_where_a_poll_measured_cheaper_and_polls_again_once_it_is_not()
     {
-        // Polling costs 5% more per event: within a 10% allowance while the loop is a quarter busy, not when saturated.
+        // While the loop is busy 95% of the time, a poll that costs half as much per event is never tried...
+        var choice = new IdlePollChoice(allowancePercent: 10);
+        var saturated = Run(choice, 1_000, SleepCost / 2, busy: 95);
+        Assert.DoesNotContain(true, saturated);
+
+        // ...and once it is a quarter busy, polling wins again, but for explorations of sleeping.
+        var quarter = Run(choice, 1_000, SleepCost / 2);
+        Assert.True(quarter.Skip(500).Count(p => p) > 490, $"polled in {quarter.Skip(500).Count(p => p)} of 500 epochs");
+    }
+
+    [Fact]
+    public void A_poll_that_costs_more_is_chosen_within_the_latency_allowance_only()
+    {
+        // Polling costs 5% more per event: within a 10% allowance, not within none.
         var relaxed = new IdlePollChoice(allowancePercent: 10);
         Assert.True(Run(relaxed, 1_000, SleepCost * 1.05).Skip(500).Count(p => p) > 450);
 
-        var saturated = new IdlePollChoice(allowancePercent: 10);
-        Assert.True(Run(saturated, 1_000, SleepCost * 1.05, busy: 95).Skip(500).Count(p => !p) > 450);
+        var strict = new IdlePollChoice(allowancePercent: 0);
+        Assert.True(Run(strict, 1_000, SleepCost * 1.05).Skip(500).Count(p => !p) > 450);
     }
 
     [Fact]
