@@ -80,10 +80,10 @@ internal sealed class TransportTuning
     /// <summary>
     /// With Adaptive and Inline scheduling, the longest an idle loop polls before it sleeps (microseconds, 0..1000; 0:
     /// it never polls): the cap of the window <see cref="Loop.IdlePoll"/> grows and shrinks, in the epochs where polling
-    /// has cost no more CPU per event than sleeping. Off: at 50, with explorations that thin out
-    /// (<see cref="Loop.IdlePollChoice"/>), it gained 1.27x and 1.44x requests/s at 2 connections closed loop on .NET 11
-    /// and .NET 10, and cost 0.85-1.04x CPU per request at 5% and 25% of Sockets' saturated rate, open loop; but at 16
-    /// connections on .NET 10 it served 0.88x at 1.14x the CPU (docs/benchmarks/adaptive-default.md).
+    /// has cost no more CPU per event than sleeping, never while the loop is saturated. Off: at 50
+    /// (<see cref="Loop.IdlePollChoice"/>) it gained 1.31x and 1.36x requests/s at 2 connections closed loop on .NET 11
+    /// and .NET 10, but cost 1.23x CPU per request at 5% of Sockets' saturated rate on .NET 11 and 1.11x at 25% on
+    /// .NET 10, open loop, the loads the default is for (docs/benchmarks/adaptive-default.md).
     /// </summary>
     public int IdlePollMaxMicroseconds { get; set; }
 
