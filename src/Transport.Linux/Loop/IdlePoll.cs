@@ -18,8 +18,8 @@ namespace Kestrel.Transport.Linux.Loop;
 /// in one pass: at 16 connections polling cost 8% more CPU per request.</para>
 /// <para>So the loop measures instead of guessing. It runs in epochs of <see cref="EpochTicks"/> of activity; every
 /// epoch reads the thread's CPU time (one system call) and counts the events its waits returned, and
-/// <see cref="IdlePollChoice"/> picks the next epoch's mode from those costs: the cheaper one per event, with the
-/// other tried now and then. Polling wins when it costs no more per event (or up to
+/// <see cref="IdlePollChoice"/> picks the next epoch's mode from those costs: the cheaper one per event over many
+/// epochs, with the other tried in runs now and then. Polling wins when it costs no more per event (or up to
 /// <see cref="Hosting.TransportTuning.IdlePollLatencyAllowancePercent"/> more: a poll also answers sooner), and never
 /// while the loop is saturated. An idle loop blocks and counts nothing: no epoch, no poll, no wake-up.</para>
 /// <para>Within a polling epoch the window follows Linux's <c>cpuidle-haltpoll</c> governor
@@ -153,15 +153,16 @@ internal sealed class IdlePoll
         long cpu = LibC.ThreadCpuNanoseconds();
         long elapsed = now - _epochStart;
         bool measured = _epochCpu > 0 && cpu > _epochCpu && _epochEvents >= MinEpochEvents && _epochStart != 0;
-        double? cost = measured ? (double)(cpu - _epochCpu) / _epochEvents : null;
         int busyPercent = (int)Math.Clamp(100 * (elapsed - _epochSlept) / Math.Max(1, elapsed), 0, 100);
         bool quiet = !measured && _epochStart != 0 && _epochEvents < MinEpochEvents;
+        long epochCpu = measured ? cpu - _epochCpu : 0;
+        long epochEvents = measured ? _epochEvents : 0;
         _epochStart = now;
         _epochCpu = cpu;
         _epochEvents = 0;
         _epochSlept = 0;
 
-        _choice.EndEpoch(cost, busyPercent, quiet);
+        _choice.EndEpoch(epochCpu, epochEvents, busyPercent, quiet);
         bool polls = _choice.Polls;
         if (polls && !_epochPolls)
         {
