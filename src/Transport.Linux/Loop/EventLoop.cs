@@ -80,7 +80,7 @@ internal sealed class EventLoop : PipeScheduler
 
         _dispatchQueue = options.ApplicationSchedulingMode == ApplicationSchedulingMode.Inline ? null : new ThreadPoolDispatchQueue(this, _wakeup);
         _inbox = new LoopInbox(this, _wakeup, _dispatchQueue);
-        _idle = new IdlePoll(Engine, options, () => !_inbox.IsEmpty || HasContinuations);
+        _idle = new IdlePoll(Engine, options, () => !_inbox.IsEmpty || HasContinuations, () => _batches.BytesReceived);
         ApplicationScheduler = (PipeScheduler?)_dispatchQueue ?? Inline;
 
         // Adaptive scheduling runs continuations here only where the loop can move to another thread when one

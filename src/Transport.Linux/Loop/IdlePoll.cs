@@ -17,9 +17,9 @@ namespace Kestrel.Transport.Linux.Loop;
 /// and a loop that polls picks up each request alone, where one that slept would have found several and handled them
 /// in one pass: at 16 connections polling cost 8% more CPU per request.</para>
 /// <para>So the loop measures instead of guessing. It runs in epochs of <see cref="EpochTicks"/> of activity; every
-/// epoch reads the thread's CPU time (one system call) and counts the events its waits returned, and
-/// <see cref="IdlePollChoice"/> picks the next epoch's mode from those costs: the cheaper one per event over many
-/// epochs, with the other tried in runs now and then. Polling wins when it costs no more per event (or up to
+/// epoch reads the thread's CPU time (one system call) and the bytes its connections received, and
+/// <see cref="IdlePollChoice"/> picks the next epoch's mode from those costs: the cheaper one per byte, judged over
+/// runs of epochs, with the other tried now and then. Polling wins when it costs no more (or up to
 /// <see cref="Hosting.TransportTuning.IdlePollLatencyAllowancePercent"/> more: a poll also answers sooner), and never
 /// while the loop is saturated. An idle loop blocks and counts nothing: no epoch, no poll, no wake-up.</para>
 /// <para>Within a polling epoch the window follows Linux's <c>cpuidle-haltpoll</c> governor
@@ -38,6 +38,7 @@ internal sealed class IdlePoll
 
     private readonly IoEngine _engine;
     private readonly Func<bool> _hasWork;
+    private readonly Func<long> _bytesReceived;
     private readonly long _fixedTicks;
     private readonly long _capTicks;
     private readonly long _startTicks;
@@ -48,13 +49,15 @@ internal sealed class IdlePoll
     private bool _epochPolls;
     private long _epochStart;
     private long _epochCpu;
+    private long _epochBytes;
     private long _epochEvents;
     private long _epochSlept;
 
-    public IdlePoll(IoEngine engine, LinuxTransportOptions options, Func<bool> hasWork)
+    public IdlePoll(IoEngine engine, LinuxTransportOptions options, Func<bool> hasWork, Func<long> bytesReceived)
     {
         _engine = engine;
         _hasWork = hasWork;
+        _bytesReceived = bytesReceived;
         _fixedTicks = options.SpinBeforeSleepMicroseconds * Stopwatch.Frequency / 1_000_000;
 
         // Polling pays only where the loop itself runs the requests (a ThreadPool loop's wake-up is a small part of one).
@@ -151,18 +154,20 @@ internal sealed class IdlePoll
     private void EndEpoch(long now)
     {
         long cpu = LibC.ThreadCpuNanoseconds();
+        long bytes = _bytesReceived();
         long elapsed = now - _epochStart;
-        bool measured = _epochCpu > 0 && cpu > _epochCpu && _epochEvents >= MinEpochEvents && _epochStart != 0;
+        bool measured = _epochCpu > 0 && cpu > _epochCpu && bytes > _epochBytes && _epochEvents >= MinEpochEvents && _epochStart != 0;
         int busyPercent = (int)Math.Clamp(100 * (elapsed - _epochSlept) / Math.Max(1, elapsed), 0, 100);
         bool quiet = !measured && _epochStart != 0 && _epochEvents < MinEpochEvents;
         long epochCpu = measured ? cpu - _epochCpu : 0;
-        long epochEvents = measured ? _epochEvents : 0;
+        long epochBytes = measured ? bytes - _epochBytes : 0;
         _epochStart = now;
         _epochCpu = cpu;
+        _epochBytes = bytes;
         _epochEvents = 0;
         _epochSlept = 0;
 
-        _choice.EndEpoch(epochCpu, epochEvents, busyPercent, quiet);
+        _choice.EndEpoch(epochCpu, epochBytes, busyPercent, quiet);
         bool polls = _choice.Polls;
         if (polls && !_epochPolls)
         {

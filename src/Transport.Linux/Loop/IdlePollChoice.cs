@@ -1,29 +1,41 @@
 namespace Kestrel.Transport.Linux.Loop;
 
 /// <summary>
-/// Which way <see cref="IdlePoll"/> waits in its next epoch, poll or sleep, from what each way has cost per event
-/// lately. Fed one epoch at a time, with no clock of its own, so its rule can be tested on made-up costs. Loop thread only.
+/// Which way <see cref="IdlePoll"/> waits in its next epoch, poll or sleep, from what each way has cost per byte
+/// received lately. Fed one epoch at a time, with no clock of its own, so its rule can be tested on made-up costs. Loop
+/// thread only.
 /// </summary>
 /// <remarks>
-/// <para>A way's cost is its CPU over its events, both summed over several epochs: the incumbent's over its recent
-/// ones (each older epoch weighing <see cref="Decay"/> as much), the other's over its last exploration, a run of
-/// <see cref="RunEpochs"/> epochs. Sums, not an average of each epoch's cost, and runs, not single epochs, because
-/// polling's extra cost sits in a tail of a few expensive epochs: at 5% load on .NET 11 its typical epoch cost 16.1 µs
-/// per event against sleeping's 15.6, but its mean was 18.1 against 16.4. A rule that judged each exploration by one
-/// epoch saw a cheap poll most times, and polled in 38% of the epochs (docs/benchmarks/adaptive-default.md).</para>
+/// <para>Most epochs run the way the choice favours, the incumbent; now and then a run of <see cref="RunEpochs"/>
+/// epochs explores the other way. The choice changes only at the end of a run, on the run's CPU over its bytes
+/// received against the incumbent's over the epochs just before it, each older one weighing <see cref="Decay"/> as
+/// much. Three things make that comparison fair:</para>
+/// <list type="bullet">
+/// <item>Per byte received, not per event. How many events a request makes depends on the way: at 2 connections closed
+/// loop a polling loop saw 1.2 events per request and a sleeping one 0.6 (a request that arrives while the loop is busy
+/// is read without an event of its own), so a cost per event favoured polling twice over. The bytes a request sends do
+/// not change with the way the loop waits.</item>
+/// <item>Sums over runs, not single epochs. Polling's extra cost sits in a tail of a few expensive epochs: at 5% load
+/// on .NET 11 its typical epoch cost 16.1 µs per event against sleeping's 15.6, but its mean was 18.1 against 16.4. A
+/// rule that judged each exploration by one epoch saw a cheap poll most times, and polled in 38% of the epochs
+/// (docs/benchmarks/adaptive-default.md).</item>
+/// <item>Both measures from the same minutes. Both ways cost less per request as the load rises (at 25% a sleeping loop
+/// cost 18 µs per request, at 60% 12), so an estimate from another load is no measure at all: one made at 25% kept a
+/// loop polling at 60%, where a fresh one cost 16.8 against sleeping's 11.7. So the old estimate of the other way is
+/// never used, and when the load (bytes per epoch) moves by half or more from where the last run judged it, the next
+/// run comes at once.</item>
+/// </list>
 /// <para>The loop starts sleeping, and switches to polling only when polling costs <see cref="SwitchMarginPercent"/>
 /// less than the allowance lets it cost (<see cref="Hosting.TransportTuning.IdlePollLatencyAllowancePercent"/>; a poll
 /// also answers sooner); it goes back once polling costs more than that. The margin keeps a run that missed the tail
-/// from switching: where polling has paid, it paid by 10% or more. The choice changes only at the end of an
-/// exploration, on a fresh measure of both ways; when the incumbent's estimate drifts past the other's older one, that
-/// exploration starts at once.</para>
-/// <para>Explorations thin out while they keep confirming the choice: one run after <see cref="FirstExploreEvery"/>
-/// epochs at first, twice as far apart after each that confirms it, up to <see cref="LastExploreEvery"/> (about 6 s of
-/// activity at 25 ms epochs, so about 3% of epochs explore); back to <see cref="FirstExploreEvery"/> whenever the choice
+/// from switching: where polling has paid, it paid by 10% or more.</para>
+/// <para>Runs thin out while they keep confirming the choice: one after <see cref="FirstExploreEvery"/> epochs at
+/// first, twice as far apart after each that confirms it, up to <see cref="LastExploreEvery"/> (about 6 s of activity
+/// at 25 ms epochs, so about 3% of epochs explore); back to <see cref="FirstExploreEvery"/> whenever the choice
 /// changes.</para>
 /// <para>A saturated loop does not poll, and does not explore polling: it sleeps seldom and briefly, so a poll has
 /// little wake-up to save, and it would take from each pass the events that gather while the loop sleeps. There the
-/// two ways' costs per event differ by less than one epoch's noise (6.6 against 6.4-6.9 µs at 16 connections), so a
+/// two ways' costs differ by less than one epoch's noise (6.6 against 6.4-6.9 µs per event at 16 connections), so a
 /// comparison would follow the noise: with it, polling served 0.88x the requests at 16 connections on .NET 10
 /// (docs/benchmarks/adaptive-default.md). Its sleeping epochs go on measuring how busy it is, and the choice resumes
 /// when that falls below <see cref="SaturatedPercent"/>. A quiet epoch, too, neither polls nor explores.</para>
@@ -48,11 +60,16 @@ internal sealed class IdlePollChoice(int allowancePercent)
     /// <summary>The weight of an incumbent's epoch one epoch older than the last.</summary>
     private const double Decay = 7.0 / 8;
 
-    private Cost _poll;
-    private Cost _sleep;
+    // The incumbent's recent cost, the run under way, and the incumbent's cost as it stood when that run started.
+    private Cost _incumbent;
     private Cost _run;
+    private Cost _beforeRun;
     private int _runLeft;
     private int _sinceExplore;
+
+    // Bytes per epoch lately (the incumbent's), and where the last run judged; 0: not yet known.
+    private double _load;
+    private double _judgedLoad;
 
     // The busy share of the last measured epoch that slept.
     private int _busy;
@@ -66,75 +83,68 @@ internal sealed class IdlePollChoice(int allowancePercent)
     /// <summary>True when, between explorations, the loop polls.</summary>
     public bool PollPays { get; private set; }
 
-    /// <summary>Recent CPU per event of polling (nanoseconds; 0 until measured).</summary>
-    public double PollCost => _poll.PerEvent;
+    /// <summary>Polling's CPU per byte received (nanoseconds) as last measured (0 until then).</summary>
+    public double PollCost { get; private set; }
 
-    /// <summary>Recent CPU per event of sleeping (nanoseconds; 0 until measured).</summary>
-    public double SleepCost => _sleep.PerEvent;
+    /// <summary>Sleeping's CPU per byte received (nanoseconds) as last measured (0 until then).</summary>
+    public double SleepCost { get; private set; }
 
     /// <summary>Epochs from one exploration's end to the next one's start (<see cref="FirstExploreEvery"/>..<see cref="LastExploreEvery"/>).</summary>
     public int ExploreEvery { get; private set; } = FirstExploreEvery;
 
     /// <summary>
     /// The epoch that ran the way <see cref="Polls"/> said has ended: it used <paramref name="cpuNanoseconds"/> of CPU
-    /// for <paramref name="events"/> events, or 0 and 0 when it had too few events to tell. <paramref name="busyPercent"/>
-    /// is the share of its time it was not waiting (read for an epoch that slept); <paramref name="quiet"/>: so few
-    /// events that no poll is wanted.
+    /// while its connections received <paramref name="bytes"/>, or 0 and 0 when it had too few events to tell.
+    /// <paramref name="busyPercent"/> is the share of its time it was not waiting (read for an epoch that slept);
+    /// <paramref name="quiet"/>: so few events that no poll is wanted.
     /// </summary>
-    public void EndEpoch(long cpuNanoseconds, long events, int busyPercent, bool quiet)
+    public void EndEpoch(long cpuNanoseconds, long bytes, int busyPercent, bool quiet)
     {
-        bool measured = cpuNanoseconds > 0 && events > 0;
-        if (measured)
+        bool measured = cpuNanoseconds > 0 && bytes > 0;
+        if (measured && !Polls)
         {
-            if (Exploring)
-            {
-                _run = _run.Add(cpuNanoseconds, events, 1);
-            }
-            else if (Polls)
-            {
-                _poll = _poll.Add(cpuNanoseconds, events, Decay);
-            }
-            else
-            {
-                _sleep = _sleep.Add(cpuNanoseconds, events, Decay);
-            }
-
-            if (!Polls)
-            {
-                _busy = busyPercent;
-            }
+            _busy = busyPercent;
         }
 
         bool saturated = _busy >= SaturatedPercent;
-        if (Exploring && (quiet || saturated))
+        if (Exploring)
         {
-            _runLeft = 0; // cut short: what it measured is not comparable, and is dropped
-        }
-        else if (Exploring && measured && --_runLeft == 0)
-        {
-            if (Polls)
+            if (quiet || saturated)
             {
-                _poll = _run;
+                _runLeft = 0; // cut short: a run that changes load on the way is not comparable, and is dropped
             }
-            else
+            else if (measured)
             {
-                _sleep = _run;
+                _run = _run.Add(cpuNanoseconds, bytes, 1);
+                if (--_runLeft == 0)
+                {
+                    Judge();
+                }
+            }
+        }
+        else
+        {
+            if (measured)
+            {
+                _incumbent = _incumbent.Add(cpuNanoseconds, bytes, Decay);
+                _load = _load == 0 ? bytes : (Decay * _load) + ((1 - Decay) * bytes);
+                _judgedLoad = _judgedLoad == 0 ? _load : _judgedLoad;
+                if (Polls)
+                {
+                    PollCost = _incumbent.PerByte;
+                }
+                else
+                {
+                    SleepCost = _incumbent.PerByte;
+                }
             }
 
-            bool pollPays = Compare();
-            ExploreEvery = pollPays != PollPays ? FirstExploreEvery : Math.Min(LastExploreEvery, ExploreEvery * 2);
-            PollPays = pollPays;
-        }
-        else if (!Exploring)
-        {
-            // Until both ways are measured, the loop sleeps and explores polling every run's length. Once they are,
-            // an incumbent whose estimate has drifted past the other's older one has it measured again at once.
-            bool unknown = _poll.Events == 0 || _sleep.Events == 0;
-            bool drifted = !unknown && !saturated && Compare() != PollPays;
-            if (!quiet && !saturated && (drifted || ++_sinceExplore >= (unknown ? RunEpochs : ExploreEvery)))
+            bool moved = _judgedLoad > 0 && (_load * 2 > _judgedLoad * 3 || _load * 3 < _judgedLoad * 2);
+            if (!quiet && !saturated && _incumbent.Bytes > 0 && (moved || ++_sinceExplore >= ExploreEvery))
             {
                 _runLeft = RunEpochs;
                 _run = default;
+                _beforeRun = _incumbent;
                 _sinceExplore = 0;
             }
         }
@@ -142,23 +152,35 @@ internal sealed class IdlePollChoice(int allowancePercent)
         Polls = !quiet && !saturated && (PollPays != Exploring);
     }
 
-    /// <summary>Whether polling pays, from the two estimates: entering it needs the margin, staying in it does not.</summary>
-    private bool Compare()
+    /// <summary>A run has ended: the way that costs less, by the run against the incumbent just before it, is chosen.</summary>
+    private void Judge()
     {
-        if (_poll.Events == 0 || _sleep.Events == 0 || _busy >= SaturatedPercent)
-        {
-            return false;
-        }
-
+        // The run explored polling if the incumbent sleeps, and sleeping if it polls.
+        double run = _run.PerByte, before = _beforeRun.PerByte;
+        (PollCost, SleepCost) = PollPays ? (before, run) : (run, before);
         int margin = PollPays ? 0 : SwitchMarginPercent;
-        return _poll.PerEvent * (100 + margin) <= _sleep.PerEvent * (100 + allowancePercent);
+        bool pollPays = PollCost * (100 + margin) <= SleepCost * (100 + allowancePercent);
+
+        ExploreEvery = pollPays != PollPays ? FirstExploreEvery : Math.Min(LastExploreEvery, ExploreEvery * 2);
+        if (pollPays != PollPays)
+        {
+            // The explored way becomes the incumbent, with the run as its recent cost; the load it runs at is judged anew.
+            PollPays = pollPays;
+            _incumbent = _run;
+            _judgedLoad = 0;
+            _load = 0;
+        }
+        else
+        {
+            _judgedLoad = _load;
+        }
     }
 
-    /// <summary>CPU and events summed over epochs, older ones weighing less.</summary>
-    private readonly record struct Cost(double Cpu, double Events)
+    /// <summary>CPU and bytes received summed over epochs, older ones weighing less.</summary>
+    private readonly record struct Cost(double Cpu, double Bytes)
     {
-        public double PerEvent => Events > 0 ? Cpu / Events : 0;
+        public double PerByte => Bytes > 0 ? Cpu / Bytes : 0;
 
-        public Cost Add(long cpu, long events, double decay) => new((Cpu * decay) + cpu, (Events * decay) + events);
+        public Cost Add(long cpu, long bytes, double decay) => new((Cpu * decay) + cpu, (Bytes * decay) + bytes);
     }
 }

@@ -4,13 +4,13 @@ namespace Kestrel.Transport.Linux.Tests.Transport;
 
 /// <summary>
 /// The idle poll's rule, fed made-up costs one epoch at a time: it runs the cheaper way, tries the other in runs ever
-/// more rarely while that keeps losing, follows the costs when they change, and judges a way by its total cost, tail
-/// included.
+/// more rarely while that keeps losing, follows the costs when they change, judges a way by its total cost, tail
+/// included, and never by a measure taken at another load.
 /// </summary>
 public sealed class IdlePollChoiceTests
 {
     private const double SleepCost = 20_000;
-    private const int Events = 100;
+    private const int Bytes = 100;
     private const int Busy = 25;
 
     [Fact]
@@ -69,7 +69,6 @@ public sealed class IdlePollChoiceTests
         var choice = new IdlePollChoice(allowancePercent: 0);
         var polled = Run(choice, 6_000, Poll, sleepCost: () => 16_400 + random.Next(-2_000, 2_000));
 
-        Assert.False(choice.PollPays);
         int share = polled.Skip(1_000).Count(p => p) * 100 / 5_000;
         Assert.True(share <= 8, $"polled in {share}% of the epochs");
     }
@@ -109,6 +108,28 @@ public sealed class IdlePollChoiceTests
     }
 
     [Fact]
+    public void When_the_load_moves_the_next_run_comes_at_once_and_is_judged_against_costs_at_the_new_load()
+    {
+        // At one load polling costs 0.8 of sleeping, and wins for long enough that runs are far apart.
+        var choice = new IdlePollChoice(allowancePercent: 0);
+        Run(choice, 2_000, _ => SleepCost * 0.8);
+        Assert.True(choice.PollPays);
+        Assert.Equal(IdlePollChoice.LastExploreEvery, choice.ExploreEvery);
+
+        // At 2.4 times the load both ways cost less, and polling (0.84 of the old sleeping cost) now costs more than
+        // sleeping (0.6): still less than the sleeping cost measured at the old load. The next run comes within a few
+        // epochs, not LastExploreEvery, and compares the two at the new load.
+        var polled = Run(choice, IdlePollChoice.LastExploreEvery, _ => SleepCost * 0.84, sleepCost: () => SleepCost * 0.6, bytes: Bytes * 12 / 5);
+        Assert.False(choice.PollPays);
+        int firstSleep = polled.IndexOf(false);
+        Assert.InRange(firstSleep, 0, 4 * IdlePollChoice.RunEpochs);
+
+        // From then on it polls only in runs that explore polling, 16, 32, 64 and 128 epochs apart: four at most.
+        int polls = polled.Skip(firstSleep + IdlePollChoice.RunEpochs).Count(p => p);
+        Assert.True(polls <= 4 * IdlePollChoice.RunEpochs, $"polled in {polls} epochs after sleeping had won");
+    }
+
+    [Fact]
     public void A_quiet_epoch_never_polls_cuts_an_exploration_short_and_an_unmeasured_one_leaves_the_estimates_alone()
     {
         var choice = new IdlePollChoice(allowancePercent: 0);
@@ -126,22 +147,22 @@ public sealed class IdlePollChoiceTests
         Run(sleeper, 2_000, _ => SleepCost * 2);
         while (!sleeper.Exploring)
         {
-            sleeper.EndEpoch((long)(SleepCost * Events), Events, Busy, quiet: false);
+            sleeper.EndEpoch((long)(SleepCost * Bytes), Bytes, Busy, quiet: false);
         }
 
         double before = sleeper.PollCost;
-        sleeper.EndEpoch((long)(SleepCost * 4 * Events), Events, Busy, quiet: false);
+        sleeper.EndEpoch((long)(SleepCost * 4 * Bytes), Bytes, Busy, quiet: false);
         sleeper.EndEpoch(0, 0, Busy, quiet: true);
         Assert.False(sleeper.Exploring);
         Assert.Equal(before, sleeper.PollCost);
     }
 
     /// <summary>
-    /// Runs <paramref name="epochs"/> epochs of <see cref="Events"/> events: epoch i, if it polls, costs
-    /// <paramref name="pollCost"/>(i) per event; if it sleeps, <paramref name="sleepCost"/>() or <see cref="SleepCost"/>.
+    /// Runs <paramref name="epochs"/> epochs that receive <paramref name="bytes"/> each: epoch i, if it polls, costs
+    /// <paramref name="pollCost"/>(i) per byte; if it sleeps, <paramref name="sleepCost"/>() or <see cref="SleepCost"/>.
     /// Returns whether each polled.
     /// </summary>
-    private static List<bool> Run(IdlePollChoice choice, int epochs, Func<int, double> pollCost, int busy = Busy, Func<double>? sleepCost = null)
+    private static List<bool> Run(IdlePollChoice choice, int epochs, Func<int, double> pollCost, int busy = Busy, Func<double>? sleepCost = null, int bytes = Bytes)
     {
         var polled = new List<bool>(epochs);
         for (int i = 0; i < epochs; i++)
@@ -149,7 +170,7 @@ public sealed class IdlePollChoiceTests
             bool polls = choice.Polls;
             polled.Add(polls);
             double cost = polls ? pollCost(i) : sleepCost?.Invoke() ?? SleepCost;
-            choice.EndEpoch((long)(cost * Events), Events, busy, quiet: false);
+            choice.EndEpoch((long)(cost * bytes), bytes, busy, quiet: false);
         }
 
         return polled;
