@@ -80,15 +80,16 @@ internal sealed class TransportTuning
     /// <summary>
     /// With Adaptive and Inline scheduling, the longest an idle loop polls before it sleeps (microseconds, 0..1000; 0:
     /// it never polls): the cap of the window <see cref="Loop.IdlePoll"/> grows and shrinks, in the epochs where polling
-    /// has cost no more CPU per event than sleeping, never while the loop is saturated. Off: at 50
-    /// (<see cref="Loop.IdlePollChoice"/>) it gained 1.31x and 1.36x requests/s at 2 connections closed loop on .NET 11
-    /// and .NET 10, but cost 1.23x CPU per request at 5% of Sockets' saturated rate on .NET 11 and 1.11x at 25% on
-    /// .NET 10, open loop, the loads the default is for (docs/benchmarks/adaptive-default.md).
+    /// has cost less CPU per byte received than sleeping at the same load, never while the loop is saturated. Off: at 50
+    /// (<see cref="Loop.IdlePollChoice"/>, 3 paired rounds on .NET 11) it served 1.28x requests/s at 1 connection and
+    /// 1.13x at 2, closed loop, and cost 1.02x and 1.01x CPU per request at 5% and 60% of Sockets' saturated rate open
+    /// loop, but 1.07x at 25%, where its explorations of polling cost 2.7x a sleeping epoch
+    /// (docs/benchmarks/adaptive-default.md).
     /// </summary>
     public int IdlePollMaxMicroseconds { get; set; }
 
     /// <summary>
-    /// How much more CPU per event (percent, 0..100) a poll may cost than a sleep and still be chosen (a saturated loop
+    /// How much more CPU per byte received (percent, 0..100) a poll may cost than a sleep and still be chosen (a saturated loop
     /// never polls): it answers sooner. 0, so that the poll is chosen only where it is the cheaper way to wait.
     /// </summary>
     public int IdlePollLatencyAllowancePercent { get; set; }
