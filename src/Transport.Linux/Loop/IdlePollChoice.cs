@@ -124,7 +124,8 @@ internal sealed class IdlePollChoice(int allowancePercent)
         }
         else
         {
-            if (measured)
+            // Only an epoch that ran the incumbent's way measures it: a saturated or quiet one sleeps whatever it is.
+            if (measured && Polls == PollPays)
             {
                 _incumbent = _incumbent.Add(cpuNanoseconds, bytes, Decay);
                 _load = _load == 0 ? bytes : (Decay * _load) + ((1 - Decay) * bytes);

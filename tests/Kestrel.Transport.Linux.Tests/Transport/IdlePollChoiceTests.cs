@@ -97,6 +97,25 @@ public sealed class IdlePollChoiceTests
     }
 
     [Fact]
+    public void The_epochs_a_saturated_loop_sleeps_through_do_not_count_as_polling()
+    {
+        var choice = new IdlePollChoice(allowancePercent: 0);
+        Run(choice, 2_000, _ => SleepCost / 2);
+        Assert.True(choice.PollPays);
+
+        // The load doubles and saturates the loop. Its run of sleeping finds it busy 95% of the time, so it sleeps from
+        // then on, at three times polling's old cost per byte; a polling epoch never sees how busy the loop is.
+        var saturated = Run(choice, 200, _ => SleepCost / 2, busy: 95, sleepCost: () => SleepCost * 3, bytes: Bytes * 2);
+        Assert.DoesNotContain(true, saturated.TakeLast(100));
+
+        // Unsaturated again, polling costs half of sleeping as before. Had the saturated epochs been counted as the
+        // incumbent's, polling would look six times dearer than it is, and the next run of sleeping would win.
+        var after = Run(choice, 40, _ => SleepCost / 2, bytes: Bytes * 2);
+        Assert.True(choice.PollPays);
+        Assert.True(after.Count(p => p) >= 40 - (2 * IdlePollChoice.RunEpochs) - 1, $"polled in {after.Count(p => p)} of 40 epochs");
+    }
+
+    [Fact]
     public void A_poll_that_costs_more_is_chosen_within_the_latency_allowance_only()
     {
         // Polling costs 3% more per event: within a 10% allowance (less the switch margin), not within none.
