@@ -111,7 +111,7 @@ internal sealed class IdlePollChoice(int allowancePercent)
         {
             if (quiet || saturated)
             {
-                _runLeft = 0; // cut short: a run that changes load on the way is not comparable, and is dropped
+                _runLeft = 0; // cut short: a run the load stops or saturates measures no way at this load, and is dropped
             }
             else if (measured)
             {
