@@ -17,7 +17,7 @@ public sealed class IdlePollChoiceTests
     public void Where_polling_costs_twice_as_much_it_is_tried_ever_more_rarely()
     {
         var choice = new IdlePollChoice(allowancePercent: 10);
-        var polled = Run(choice, 4_000, _ => SleepCost * 2);
+        var polled = Run(choice, 4_000, () => SleepCost * 2);
 
         // Once the explorations are as far apart as they get, each polls for one run per LastExploreEvery epochs.
         const int cycle = IdlePollChoice.LastExploreEvery + IdlePollChoice.RunEpochs;
@@ -32,7 +32,7 @@ public sealed class IdlePollChoiceTests
     public void Where_polling_costs_half_as_much_most_epochs_poll_and_sleeping_is_tried_ever_more_rarely()
     {
         var choice = new IdlePollChoice(allowancePercent: 0);
-        var polled = Run(choice, 2_000, _ => SleepCost / 2);
+        var polled = Run(choice, 2_000, () => SleepCost / 2);
 
         const int cycle = IdlePollChoice.LastExploreEvery + IdlePollChoice.RunEpochs;
         Assert.Equal(IdlePollChoice.LastExploreEvery, choice.ExploreEvery);
@@ -43,14 +43,11 @@ public sealed class IdlePollChoiceTests
     [Fact]
     public void When_polling_becomes_cheap_after_losing_for_long_the_next_exploration_changes_the_choice()
     {
-        var choice = new IdlePollChoice(allowancePercent: 0);
-        Run(choice, 2_000, _ => SleepCost * 2);
-        Assert.False(choice.PollPays);
-        Assert.Equal(IdlePollChoice.LastExploreEvery, choice.ExploreEvery);
+        var choice = Settled(pollCost: SleepCost * 2, pollPays: false);
 
         // From now on a poll costs half a sleep. The next exploration, at most LastExploreEvery epochs away, measures
         // it, and from then on the loop polls but for its own explorations of sleeping.
-        var polled = Run(choice, IdlePollChoice.LastExploreEvery * 3, _ => SleepCost / 2);
+        var polled = Run(choice, IdlePollChoice.LastExploreEvery * 3, () => SleepCost / 2);
         int firstPoll = polled.IndexOf(true);
         Assert.InRange(firstPoll, 0, IdlePollChoice.LastExploreEvery);
         var after = polled.Skip(firstPoll + IdlePollChoice.RunEpochs).Take(IdlePollChoice.LastExploreEvery).ToList();
@@ -65,7 +62,7 @@ public sealed class IdlePollChoiceTests
         // costs nearly twice as much, so polling costs about 10% more in all. A rule that judged each exploration by one
         // epoch polled in 38% of the epochs there.
         var random = new Random(37);
-        double Poll(int _) => random.Next(6) == 0 ? 30_000 : 15_500 + random.Next(-1_000, 1_000);
+        double Poll() => random.Next(6) == 0 ? 30_000 : 15_500 + random.Next(-1_000, 1_000);
         var choice = new IdlePollChoice(allowancePercent: 0);
         var polled = Run(choice, 6_000, Poll, sleepCost: () => 16_400 + random.Next(-2_000, 2_000));
 
@@ -78,7 +75,7 @@ public sealed class IdlePollChoiceTests
     {
         // 2% cheaper is within the switch margin: not worth the loop's while, and within what a run cannot tell apart.
         var choice = new IdlePollChoice(allowancePercent: 0);
-        var polled = Run(choice, 2_000, _ => SleepCost * 0.98);
+        var polled = Run(choice, 2_000, () => SleepCost * 0.98);
         Assert.False(choice.PollPays);
         Assert.True(polled.Skip(1_000).Count(p => p) <= ((1_000 / IdlePollChoice.LastExploreEvery) + 1) * IdlePollChoice.RunEpochs);
     }
@@ -88,29 +85,27 @@ public sealed class IdlePollChoiceTests
     {
         // While the loop is busy 95% of the time, a poll that costs half as much per event is never tried...
         var choice = new IdlePollChoice(allowancePercent: 10);
-        var saturated = Run(choice, 1_000, _ => SleepCost / 2, busy: 95);
+        var saturated = Run(choice, 1_000, () => SleepCost / 2, busy: 95);
         Assert.DoesNotContain(true, saturated);
 
         // ...and once it is a quarter busy, polling wins again, but for explorations of sleeping.
-        var quarter = Run(choice, 1_000, _ => SleepCost / 2);
+        var quarter = Run(choice, 1_000, () => SleepCost / 2);
         Assert.True(quarter.Skip(500).Count(p => p) >= 500 - (3 * IdlePollChoice.RunEpochs), $"polled in {quarter.Skip(500).Count(p => p)} of 500 epochs");
     }
 
     [Fact]
     public void The_epochs_a_saturated_loop_sleeps_through_do_not_count_as_polling()
     {
-        var choice = new IdlePollChoice(allowancePercent: 0);
-        Run(choice, 2_000, _ => SleepCost / 2);
-        Assert.True(choice.PollPays);
+        var choice = Settled(pollCost: SleepCost / 2, pollPays: true);
 
         // The load doubles and saturates the loop. Its run of sleeping finds it busy 95% of the time, so it sleeps from
         // then on, at three times polling's old cost per byte; a polling epoch never sees how busy the loop is.
-        var saturated = Run(choice, 200, _ => SleepCost / 2, busy: 95, sleepCost: () => SleepCost * 3, bytes: Bytes * 2);
+        var saturated = Run(choice, 200, () => SleepCost / 2, busy: 95, sleepCost: () => SleepCost * 3, bytes: Bytes * 2);
         Assert.DoesNotContain(true, saturated.TakeLast(100));
 
         // Unsaturated again, polling costs half of sleeping as before. Had the saturated epochs been counted as the
         // incumbent's, polling would look six times dearer than it is, and the next run of sleeping would win.
-        var after = Run(choice, 40, _ => SleepCost / 2, bytes: Bytes * 2);
+        var after = Run(choice, 40, () => SleepCost / 2, bytes: Bytes * 2);
         Assert.True(choice.PollPays);
         Assert.True(after.Count(p => p) >= 40 - (2 * IdlePollChoice.RunEpochs) - 1, $"polled in {after.Count(p => p)} of 40 epochs");
     }
@@ -120,25 +115,22 @@ public sealed class IdlePollChoiceTests
     {
         // Polling costs 3% more per event: within a 10% allowance (less the switch margin), not within none.
         var relaxed = new IdlePollChoice(allowancePercent: 10);
-        Assert.True(Run(relaxed, 1_000, _ => SleepCost * 1.03).Skip(500).Count(p => p) > 450);
+        Assert.True(Run(relaxed, 1_000, () => SleepCost * 1.03).Skip(500).Count(p => p) > 450);
 
         var strict = new IdlePollChoice(allowancePercent: 0);
-        Assert.True(Run(strict, 1_000, _ => SleepCost * 1.03).Skip(500).Count(p => !p) > 450);
+        Assert.True(Run(strict, 1_000, () => SleepCost * 1.03).Skip(500).Count(p => !p) > 450);
     }
 
     [Fact]
     public void When_the_load_moves_the_next_run_comes_at_once_and_is_judged_against_costs_at_the_new_load()
     {
         // At one load polling costs 0.8 of sleeping, and wins for long enough that runs are far apart.
-        var choice = new IdlePollChoice(allowancePercent: 0);
-        Run(choice, 2_000, _ => SleepCost * 0.8);
-        Assert.True(choice.PollPays);
-        Assert.Equal(IdlePollChoice.LastExploreEvery, choice.ExploreEvery);
+        var choice = Settled(pollCost: SleepCost * 0.8, pollPays: true);
 
         // At 2.4 times the load both ways cost less, and polling (0.84 of the old sleeping cost) now costs more than
         // sleeping (0.6): still less than the sleeping cost measured at the old load. The next run comes within a few
         // epochs, not LastExploreEvery, and compares the two at the new load.
-        var polled = Run(choice, IdlePollChoice.LastExploreEvery, _ => SleepCost * 0.84, sleepCost: () => SleepCost * 0.6, bytes: Bytes * 12 / 5);
+        var polled = Run(choice, IdlePollChoice.LastExploreEvery, () => SleepCost * 0.84, sleepCost: () => SleepCost * 0.6, bytes: Bytes * 12 / 5);
         Assert.False(choice.PollPays);
         int firstSleep = polled.IndexOf(false);
         Assert.InRange(firstSleep, 0, 4 * IdlePollChoice.RunEpochs);
@@ -152,7 +144,7 @@ public sealed class IdlePollChoiceTests
     public void A_quiet_epoch_never_polls_cuts_an_exploration_short_and_an_unmeasured_one_leaves_the_estimates_alone()
     {
         var choice = new IdlePollChoice(allowancePercent: 0);
-        Run(choice, 100, _ => SleepCost / 2);
+        Run(choice, 100, () => SleepCost / 2);
         Assert.True(choice.Polls);
         double pollCost = choice.PollCost;
 
@@ -162,8 +154,7 @@ public sealed class IdlePollChoiceTests
 
         // An exploration of polling, from a sleeping loop, that a quiet epoch interrupts leaves polling's estimate
         // where it was, though the run measured polling at twice the cost.
-        var sleeper = new IdlePollChoice(allowancePercent: 0);
-        Run(sleeper, 2_000, _ => SleepCost * 2);
+        var sleeper = Settled(pollCost: SleepCost * 2, pollPays: false);
         while (!sleeper.Exploring)
         {
             sleeper.EndEpoch((long)(SleepCost * Bytes), Bytes, Busy, quiet: false);
@@ -177,18 +168,31 @@ public sealed class IdlePollChoiceTests
     }
 
     /// <summary>
-    /// Runs <paramref name="epochs"/> epochs that receive <paramref name="bytes"/> each: epoch i, if it polls, costs
-    /// <paramref name="pollCost"/>(i) per byte; if it sleeps, <paramref name="sleepCost"/>() or <see cref="SleepCost"/>.
+    /// A choice without allowance that has run 2,000 epochs at <paramref name="pollCost"/> per byte polling and
+    /// <see cref="SleepCost"/> sleeping: settled on <paramref name="pollPays"/>, with its runs as far apart as they get.
+    /// </summary>
+    private static IdlePollChoice Settled(double pollCost, bool pollPays)
+    {
+        var choice = new IdlePollChoice(allowancePercent: 0);
+        Run(choice, 2_000, () => pollCost);
+        Assert.Equal(pollPays, choice.PollPays);
+        Assert.Equal(IdlePollChoice.LastExploreEvery, choice.ExploreEvery);
+        return choice;
+    }
+
+    /// <summary>
+    /// Runs <paramref name="epochs"/> epochs that receive <paramref name="bytes"/> each: an epoch that polls costs
+    /// <paramref name="pollCost"/>() per byte; if it sleeps, <paramref name="sleepCost"/>() or <see cref="SleepCost"/>.
     /// Returns whether each polled.
     /// </summary>
-    private static List<bool> Run(IdlePollChoice choice, int epochs, Func<int, double> pollCost, int busy = Busy, Func<double>? sleepCost = null, int bytes = Bytes)
+    private static List<bool> Run(IdlePollChoice choice, int epochs, Func<double> pollCost, int busy = Busy, Func<double>? sleepCost = null, int bytes = Bytes)
     {
         var polled = new List<bool>(epochs);
         for (int i = 0; i < epochs; i++)
         {
             bool polls = choice.Polls;
             polled.Add(polls);
-            double cost = polls ? pollCost(i) : sleepCost?.Invoke() ?? SleepCost;
+            double cost = polls ? pollCost() : sleepCost?.Invoke() ?? SleepCost;
             choice.EndEpoch((long)(cost * bytes), bytes, busy, quiet: false);
         }
 
