@@ -19,13 +19,27 @@ public sealed class IdlePollChoiceTests
         var choice = new IdlePollChoice(allowancePercent: 10);
         var polled = Run(choice, 4_000, () => SleepCost * 2);
 
-        // Once the explorations are as far apart as they get, each polls for one run per LastExploreEvery epochs.
-        const int cycle = IdlePollChoice.LastExploreEvery + IdlePollChoice.RunEpochs;
+        // Once the explorations are as far apart as they get, each polls once per LastExploreEvery epochs, and as it
+        // trails by far, it ends after CutAfterEpochs epochs rather than RunEpochs.
+        const int run = IdlePollChoice.CutAfterEpochs;
+        const int cycle = IdlePollChoice.LastExploreEvery + run;
         int first = polled.Take(2_000).Count(p => p);
         int second = polled.Skip(2_000).Count(p => p);
         Assert.Equal(IdlePollChoice.LastExploreEvery, choice.ExploreEvery);
-        Assert.InRange(second, ((2_000 / cycle) - 1) * IdlePollChoice.RunEpochs, ((2_000 / cycle) + 1) * IdlePollChoice.RunEpochs);
-        Assert.True(first < 2_000 / 8, $"{first} of the first 2,000 epochs polled");
+        Assert.InRange(second, ((2_000 / cycle) - 1) * run, ((2_000 / cycle) + 1) * run);
+        Assert.True(first < 2_000 / 32, $"{first} of the first 2,000 epochs polled");
+    }
+
+    [Fact]
+    public void A_run_that_trails_by_less_than_the_cut_runs_all_its_epochs()
+    {
+        // Polling costs 15% more: it loses each run, but not by enough to end one early, where the tail could yet turn it.
+        var choice = new IdlePollChoice(allowancePercent: 0);
+        var polled = Run(choice, 4_000, () => SleepCost * 1.15);
+
+        const int cycle = IdlePollChoice.LastExploreEvery + IdlePollChoice.RunEpochs;
+        Assert.False(choice.PollPays);
+        Assert.InRange(polled.Skip(2_000).Count(p => p), ((2_000 / cycle) - 1) * IdlePollChoice.RunEpochs, ((2_000 / cycle) + 1) * IdlePollChoice.RunEpochs);
     }
 
     [Fact]
