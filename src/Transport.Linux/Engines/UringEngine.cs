@@ -93,7 +93,8 @@ internal sealed unsafe class UringEngine : IoEngine
         if (NativeEngine.ktl_ring_supported() == 0)
         {
             error = Errno.ENOSYS;
-            reason = "this build of libktl_native.so has no io_uring engine (it was built without liburing-dev)";
+            reason = "this build of libktl_native.so has no io_uring engine: it was built without liburing-dev. Building from " +
+                "source, install liburing-dev, delete artifacts/native (an incremental build keeps the library it has) and build again";
             return null;
         }
 
