@@ -94,7 +94,7 @@ internal sealed unsafe class UringEngine : IoEngine
         {
             error = Errno.ENOSYS;
             reason = "this build of libktl_native.so has no io_uring engine: it was built without liburing-dev. Building from " +
-                "source, install liburing-dev, delete artifacts/native (an incremental build keeps the library it has) and build again";
+                "source, install liburing-dev and build again";
             return null;
         }
 
